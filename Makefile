@@ -1,0 +1,34 @@
+# te_compile: `make demo` and `make test` work on a fresh machine (they create .venv first).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# CPU machines carry a local torch 2.13.0 CPU wheel; a looser pin would download CUDA wheels.
+TORCH_PIN ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test test-cuda bench install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m te_compile demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q tests
+
+# on a CUDA machine: the cuDNN numerics tests and the benchmark
+test-cuda: $(STAMP)
+	$(PY) -m pytest -q -m cuda tests
+
+bench: $(STAMP)
+	$(PY) bench/attention.py
+
+clean:
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,164 @@
+"""SDPA benchmark: te_compile vs torch SDPA backends vs default torch.compile, fwd and bwd.
+
+    python3 bench/attention.py [--shape 2,16,4096,128] [--iters 50] [--out results.md]
+
+Runs every implementation side by side in one process on random (never zero) bf16 inputs,
+after warm-up; reports the median of ``--iters`` timed runs (CUDA events) in ms and TFLOP/s
+(FLOPs of the unmasked part: causal counts half). The backward is timed as
+``autograd.grad`` of a retained graph, so it excludes the forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def _median_ms(fn: Callable[[], object], iters: int, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def _flops(B: int, H: int, L: int, S: int, D: int, causal: bool) -> float:
+    f = 4.0 * B * H * L * S * D
+    return f / 2 if causal else f
+
+
+def measure(fn: Callable, args: list[torch.Tensor], grads_of: list[int], iters: int) -> tuple[float, float]:
+    """(fwd ms, bwd ms) of ``fn(*args)``."""
+    with torch.no_grad():
+        pass
+    out = fn(*args)
+    dout = torch.randn_like(out)
+    fwd = _median_ms(lambda: fn(*args), iters)
+    inputs = [args[i] for i in grads_of]
+    out = fn(*args)
+    bwd = _median_ms(lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True), iters)
+    return fwd, bwd
+
+
+def cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
+    """(name, fn, args, grads_of, causal, torch_backends that accept the case)."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rnd(*shape: int, rg: bool = True) -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", dtype=dtype, generator=g).requires_grad_(rg)
+
+    q, k, v = rnd(B, H, L, D), rnd(B, H, L, D), rnd(B, H, L, D)
+    bias = (rnd(1, H, L, L, rg=False) * 0.5).requires_grad_()
+
+    def plain(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+    def causal(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def learned_bias(q, k, v, bias):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+    all_backends = ["cudnn", "flash", "efficient"]
+    return [
+        ("no mask", plain, [q, k, v], [0, 1, 2], False, all_backends),
+        ("causal", causal, [q, k, v], [0, 1, 2], True, all_backends),
+        ("learned float bias", learned_bias, [q, k, v, bias], [0, 1, 2, 3], False, ["cudnn", "efficient"]),
+    ]
+
+
+_BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+             "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def run(shape: tuple[int, int, int, int], iters: int, log: Callable[[str], None]) -> list[dict]:
+    import te_compile  # noqa: F401  (registers the ops; the backend is found by name)
+
+    B, H, L, D = shape
+    rows = []
+    for name, fn, args, grads_of, is_causal, backends in cases(B, H, L, D, torch.bfloat16):
+        flops = _flops(B, H, L, L, D, is_causal)
+        impls: list[tuple[str, Callable, Optional[str]]] = []
+        torch._dynamo.reset()
+        impls.append(("te_compile", torch.compile(fn, backend="te_compile", fullgraph=True), None))
+        impls.append(("torch.compile (inductor)", torch.compile(fn, fullgraph=True), None))
+        for b in backends:
+            impls.append((f"torch SDPA {b}", fn, b))
+        for impl, f, backend in impls:
+            ctx = sdpa_kernel([_BACKENDS[backend]]) if backend else contextlib.nullcontext()
+            t0 = time.perf_counter()
+            try:
+                with ctx:
+                    fwd, bwd = measure(f, args, grads_of, iters)
+            except Exception as e:  # noqa: BLE001 - a backend that refuses the case is a table entry
+                log(f"  {name:20s} {impl:26s} n/a ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+                rows.append({"case": name, "impl": impl, "fwd_ms": None, "bwd_ms": None})
+                continue
+            row = {"case": name, "impl": impl, "fwd_ms": fwd, "bwd_ms": bwd,
+                   "fwd_tflops": flops / fwd / 1e9, "bwd_tflops": 2.5 * flops / bwd / 1e9}
+            rows.append(row)
+            log(f"  {name:20s} {impl:26s} fwd {fwd:7.3f} ms {row['fwd_tflops']:6.0f} TF/s | "
+                f"bwd {bwd:7.3f} ms {row['bwd_tflops']:6.0f} TF/s  ({time.perf_counter() - t0:.1f}s)")
+    return rows
+
+
+def to_markdown(rows: list[dict]) -> str:
+    out = ["| case | implementation | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["fwd_ms"] is None:
+            out.append(f"| {r['case']} | {r['impl']} | n/a | | n/a | |")
+        else:
+            out.append(f"| {r['case']} | {r['impl']} | {r['fwd_ms']:.3f} | {r['fwd_tflops']:.0f} | "
+                       f"{r['bwd_ms']:.3f} | {r['bwd_tflops']:.0f} |")
+    return "\n".join(out)
+
+
+def environment() -> str:
+    import cudnn
+
+    return (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {cudnn.backend_version()}, "
+            f"cuDNN frontend {getattr(cudnn, '__version__', '?')}")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="2,16,4096,128", help="B,H,S,D")
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--out", help="write the markdown table here")
+    p.add_argument("--json", help="write the raw rows here")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    shape = tuple(int(x) for x in a.shape.split(","))
+    print(f"# SDPA benchmark, B,H,S,D = {shape}, bf16 — {environment()}", flush=True)
+    rows = run(shape, a.iters, lambda s: print(s, flush=True))
+    table = to_markdown(rows)
+    print(table)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(f"{environment()}\n\n{table}\n")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"env": environment(), "shape": shape, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

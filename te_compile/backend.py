@@ -1,0 +1,130 @@
+"""The Dynamo backend: rewrite attention sites in the captured graph, then hand the graph on.
+
+``torch.compile(model, backend="te_compile")`` (entry point ``torch_dynamo_backends``) uses the
+defaults: cuDNN for CUDA sites, Inductor for everything else. ``te_compile.backend(...)`` makes a
+backend with options. The rewrite happens on the Dynamo graph, before AOTAutograd, so the
+inner compiler partitions our forward op into the forward graph and our backward op into the
+backward graph, and the rest of the model is compiled as usual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from typing import Any, Callable, Optional
+
+import torch
+from torch.fx import GraphModule
+
+from .passes.rewrite import TARGETS, Decision, rewrite_graph
+
+log = logging.getLogger("te_compile")
+
+INNER_COMPILERS = ("inductor", "aot_eager", "eager")
+
+
+@dataclasses.dataclass
+class GraphReport:
+    """The decisions taken for one Dynamo graph and its code after the rewrite."""
+
+    index: int
+    decisions: list[Decision]
+    code: str
+    options: "Options"
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    inner: str = "inductor"
+    target: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.inner not in INNER_COMPILERS:
+            raise ValueError(f"unknown inner compiler {self.inner!r}; expected one of {INNER_COMPILERS}")
+        if self.target not in TARGETS:
+            raise ValueError(f"unknown target {self.target!r}; expected one of {TARGETS}")
+
+
+_recorders = threading.local()
+
+
+class record_reports:
+    """Context manager collecting the GraphReport of every graph compiled inside it."""
+
+    def __init__(self) -> None:
+        self.reports: list[GraphReport] = []
+
+    def __enter__(self) -> list[GraphReport]:
+        stack = getattr(_recorders, "stack", None)
+        if stack is None:
+            stack = _recorders.stack = []
+        stack.append(self.reports)
+        return self.reports
+
+    def __exit__(self, *exc: Any) -> None:
+        _recorders.stack.pop()
+
+
+def _record(report: GraphReport) -> None:
+    for sink in getattr(_recorders, "stack", []) or []:
+        sink.append(report)
+
+
+def _checker(target: str) -> Optional[Callable[..., Optional[str]]]:
+    if target != "auto":
+        return None
+    try:
+        from .cudnn.check import check
+    except Exception as e:  # noqa: BLE001 - no usable cuDNN frontend: keep every site, say why
+        msg = f"cuDNN frontend unavailable ({type(e).__name__}: {e})"
+        return lambda *a, **k: msg
+    return check
+
+
+_graph_counter = 0
+
+
+def _inner_compile(inner: str, gm: GraphModule, example_inputs: list[Any]) -> Callable:
+    if inner == "eager":
+        return gm.forward
+    return torch._dynamo.lookup_backend(inner)(gm, example_inputs)
+
+
+def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options) -> Callable:
+    """Rewrite ``gm`` in place, record and log the decisions, then run the inner compiler."""
+    global _graph_counter
+    _graph_counter += 1
+    try:
+        decisions = rewrite_graph(gm, options.target, _checker(options.target))
+    except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
+        log.warning("te_compile: rewrite failed (%s: %s); graph left unchanged", type(e).__name__, e)
+        decisions = []
+    report = GraphReport(_graph_counter, decisions, gm.code, options)
+    _record(report)
+    for d in decisions:
+        if d.rewrite:
+            log.info("te_compile: %s -> %s (%s)", d.name, d.target, d.spec.describe() if d.spec else "")
+        else:
+            log.info("te_compile: %s kept: %s", d.name, d.reason)
+    return _inner_compile(options.inner, gm, example_inputs)
+
+
+def backend(inner: str = "inductor", target: str = "auto") -> Callable:
+    """A Dynamo backend with options, for ``torch.compile(model, backend=te_compile.backend(...))``.
+
+    inner:  "inductor" (default), "aot_eager" or "eager": what compiles the rewritten graph.
+    target: "auto" (cuDNN for CUDA sites; other devices keep their nodes) or "reference"
+            (rewrite every servable site to the exact reference kernel; for tests and CPU).
+    """
+    options = Options(inner=inner, target=target)
+
+    def te_compile_backend(gm: GraphModule, example_inputs: list[Any]) -> Callable:
+        return compile_graph(gm, example_inputs, options)
+
+    te_compile_backend.options = options  # type: ignore[attr-defined]
+    return te_compile_backend
+
+
+#: the entry-point backend: ``torch.compile(model, backend="te_compile")``
+te_compile_backend = backend()

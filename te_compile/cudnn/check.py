@@ -1,0 +1,106 @@
+"""Compile-time support check: can cuDNN serve this attention call? (Thunder-style checker.)
+
+Runs on the CPU while the graph is rewritten, from the graph's example values only: static
+rules first (dtype, rank, head dim), then cuDNN FE's own validator on the forward (and, when
+gradients are needed, the backward) graph description. It returns a reason string, or None
+when cuDNN should serve the call. A configuration that passes here and still finds no engine
+on the GPU falls back to the reference math at run time, with a warning.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+from ..layout import like_layout_strides
+from ..spec import AttentionSpec
+
+#: largest head dim cuDNN's sm90 SDPA serves forward *and* backward (cuDNN 9.x)
+MAX_HEAD_DIM = 256
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _concrete(shape) -> Optional[tuple[int, ...]]:
+    try:
+        return tuple(int(s) for s in shape) if all(isinstance(s, int) for s in shape) else None
+    except TypeError:
+        return None
+
+
+def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
+          spec: AttentionSpec, needs_grad: bool, needs_dbias: bool) -> Optional[str]:
+    """Reason cuDNN cannot serve this call, or None. Tensors may be fake."""
+    if q.dtype not in SUPPORTED_DTYPES:
+        return f"dtype {str(q.dtype).replace('torch.', '')}: cuDNN SDPA serves float16 and bfloat16 only"
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})"
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return f"inputs are {q.dim()}-D: cuDNN SDPA serves 4-D [B, H, S, D] q, k, v"
+    dqk, dv = q.shape[-1], v.shape[-1]
+    if isinstance(dqk, int) and isinstance(dv, int):
+        if dqk % 8 or dv % 8:
+            return f"head dim {dqk}/{dv} is not a multiple of 8 (cuDNN requirement)"
+        if dqk > MAX_HEAD_DIM or dv > MAX_HEAD_DIM:
+            return f"head dim {max(dqk, dv)} > {MAX_HEAD_DIM}: no cuDNN sm90 kernel serves forward and backward"
+    shapes = [_concrete(t.shape) for t in (q, k, v)]
+    if any(s is None for s in shapes):
+        return None  # symbolic shapes: leave the rest to the run-time check
+    if shapes[0][0] != shapes[1][0] or shapes[0][0] != shapes[2][0]:
+        return f"batch sizes differ (q {shapes[0][0]}, k {shapes[1][0]}, v {shapes[2][0]})"
+    bias_meta = None
+    if bias is not None:
+        bshape = _concrete(bias.shape)
+        if bshape is None:
+            return None
+        B, H, L, _ = shapes[0]
+        S = shapes[1][2]
+        b = (1,) * (4 - len(bshape)) + bshape
+        b4 = (B if b[0] != 1 else 1, H if b[1] != 1 else 1, L, S)
+        bias_meta = (b4, _contig(b4))
+    return _validate(spec, tuple((s, _strides(s, t)) for s, t in zip(shapes, (q, k, v))), bias_meta,
+                     str(q.dtype), needs_grad, needs_dbias)
+
+
+def _strides(shape: tuple[int, ...], t: torch.Tensor) -> tuple[int, ...]:
+    st = _concrete(t.stride())
+    if st is None or st[-1] != 1 or 0 in st:
+        return _contig(shape)
+    return st
+
+
+def _contig(shape) -> tuple[int, ...]:
+    out, acc = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        out[d] = acc
+        acc *= shape[d]
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=512)
+def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype: str,
+              needs_grad: bool, needs_dbias: bool) -> Optional[str]:
+    try:
+        import cudnn  # noqa: F401
+        from . import graphs
+    except Exception as e:  # noqa: BLE001 - a broken install must not crash compilation
+        return f"cuDNN frontend unavailable ({type(e).__name__}: {e})"
+    io = graphs._IO_TYPES[getattr(torch, dtype.replace("torch.", ""))]
+    q, k, v = qkv
+    B, H, L, _ = q[0]
+    o_shape = (B, H, L, v[0][3])
+    o_meta = (o_shape, like_layout_strides(o_shape, torch.empty_strided(q[0], q[1], device="meta")))
+    try:
+        g = graphs._new_graph(None, io)
+        graphs.define_forward(g, io, spec, q, k, v, bias_meta, o_meta[1])
+        g.validate()
+        if needs_grad:
+            g = graphs._new_graph(None, io)
+            graphs.define_backward(g, io, spec, q, k, v, o_meta, o_meta, bias_meta, needs_dbias,
+                                   (q[1], k[1], v[1]))
+            g.validate()
+    except Exception as e:  # noqa: BLE001 - any validator complaint is a reason to keep the node
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"cuDNN support check: {msg}"
+    return None

@@ -1,0 +1,304 @@
+"""cuDNN SDPA forward/backward graphs: build, cache, execute on PyTorch's current stream.
+
+Everything here runs inside the te_compile custom ops on CUDA tensors. Facts that shape it
+(see docs/cudnn-notes.md):
+
+* The cache key is te_compile's own (spec + shapes + strides + dtypes + device + dBias):
+  cuDNN's ``graph.key()`` ignores score_mod callbacks and costs a full lowering.
+* One ``cudnn.Handle`` per (thread, device), re-bound to ``torch.cuda.current_stream()`` on
+  every call; without a handle cuDNN runs on stream 0.
+* Q/K/V/dO are passed with their own strides (BSHD views stay views); only a non-unit last
+  stride or a base pointer that is not 16-byte aligned forces a copy.
+* dBias is a separate output: the backward graph only has it when the bias needs a grad.
+* Building a graph takes ~100s of ms; failures (no engine for this config) raise
+  ``Unsupported`` and are remembered, so a rejected config is not rebuilt on every call.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from enum import IntEnum
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+
+import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
+
+from ..layout import like_layout_strides
+from ..spec import AttentionSpec
+
+log = logging.getLogger("te_compile")
+
+_IO_TYPES = {torch.float16: cudnn.data_type.HALF, torch.bfloat16: cudnn.data_type.BFLOAT16}
+_F32 = cudnn.data_type.FLOAT
+
+#: bounded LRU of built graphs; te_compile.config.cudnn_cache_size changes the bound
+CACHE_SIZE = 256
+
+
+class Unsupported(RuntimeError):
+    """cuDNN cannot serve this configuration; the op falls back to the reference math."""
+
+
+class _UID(IntEnum):
+    Q = 1
+    K = 2
+    V = 3
+    BIAS = 4
+    O = 100  # noqa: E741
+    STATS = 101
+    DO = 200
+    DQ = 201
+    DK = 202
+    DV = 203
+    DBIAS = 204
+
+
+class _Built:
+    __slots__ = ("graph", "workspace", "uids")
+
+    def __init__(self, graph: Any, workspace: int, uids: tuple[int, ...]):
+        self.graph, self.workspace, self.uids = graph, workspace, uids
+
+
+class GraphCache:
+    """Bounded LRU of built graphs, with failures remembered as well."""
+
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self._entries: "collections.OrderedDict[tuple, _Built | Unsupported]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.builds = 0
+        self.build_seconds = 0.0
+
+    def get(self, key: tuple, build: Callable[[], _Built]) -> _Built:
+        hit = self._entries.get(key)
+        if hit is None:
+            with self._lock:
+                hit = self._entries.get(key)
+                if hit is None:
+                    hit = self._build(key, build)
+                    self._entries[key] = hit
+                    while len(self._entries) > max(1, self.maxsize):
+                        self._entries.popitem(last=False)
+        else:
+            try:
+                self._entries.move_to_end(key)
+            except KeyError:  # evicted by another thread meanwhile
+                pass
+        if isinstance(hit, Unsupported):
+            raise hit
+        return hit
+
+    def _build(self, key: tuple, build: Callable[[], _Built]) -> "_Built | Unsupported":
+        t0 = time.perf_counter()
+        try:
+            built: _Built | Unsupported = build()
+        except (cudnn.cudnnGraphNotSupportedError, RuntimeError, ValueError) as e:
+            built = Unsupported(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}")
+        dt = time.perf_counter() - t0
+        self.builds += 1
+        self.build_seconds += dt
+        what = "built" if isinstance(built, _Built) else "could not build"
+        log.info("te_compile: %s cuDNN %s graph in %.0f ms (%d cached)", what, key[0], dt * 1e3,
+                 len(self._entries) + 1)
+        return built
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+cache = GraphCache(CACHE_SIZE)
+_tls = threading.local()
+
+
+def _handle(device: torch.device) -> Any:
+    handles = getattr(_tls, "handles", None)
+    if handles is None:
+        handles = _tls.handles = {}
+    h = handles.get(device)
+    if h is None:
+        with torch.cuda.device(device):
+            h = handles[device] = cudnn.create_handle()
+    cudnn.set_stream(handle=h, stream=torch.cuda.current_stream(device).cuda_stream)
+    return h
+
+
+def _operand(t: Tensor) -> Tensor:
+    """cuDNN needs a unit last stride and a 16-byte-aligned base (clone, not contiguous())."""
+    if t.stride(-1) != 1 or t.data_ptr() % 16:
+        t = t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
+def _io_type(q: Tensor, *others: Optional[Tensor]) -> Any:
+    if q.dtype not in _IO_TYPES:
+        raise Unsupported(f"dtype {q.dtype} (cuDNN SDPA serves float16 and bfloat16)")
+    for t in others:
+        if t is not None and t.dtype != q.dtype:
+            raise Unsupported(f"mixed dtypes {q.dtype} and {t.dtype}")
+    return _IO_TYPES[q.dtype]
+
+
+def _bias4d(bias: Tensor, B: int, H: int, L: int, S: int) -> Tensor:
+    """bias broadcastable to [B, H, L, S] -> a 4-D operand [1|B, 1|H, L, S] cuDNN accepts."""
+    b = bias
+    while b.dim() < 4:
+        b = b.unsqueeze(0)
+    b = b.expand(B if b.shape[0] != 1 else 1, H if b.shape[1] != 1 else 1, L, S)
+    broadcast = any(st == 0 and n > 1 for st, n in zip(b.stride(), b.shape))
+    if broadcast or b.stride(-1) != 1 or b.data_ptr() % 16:
+        b = b.clone(memory_format=torch.contiguous_format)
+    return b
+
+
+def _sdpa_kwargs(spec: AttentionSpec, bias_t: Any) -> dict:
+    kw: dict = {"attn_scale": spec.scale}
+    if bias_t is not None:
+        kw["bias"] = bias_t
+    if spec.is_causal:
+        kw["diagonal_alignment"] = cudnn.diagonal_alignment.TOP_LEFT
+        kw["diagonal_band_right_bound"] = 0
+    return kw
+
+
+def _new_graph(handle: Any, io: Any) -> Any:
+    return cudnn.pygraph(handle=handle, io_data_type=io, intermediate_data_type=_F32, compute_data_type=_F32)
+
+
+def _finish(g: Any, uids: list[int]) -> _Built:
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    return _Built(g, g.get_workspace_size(), tuple(int(u) for u in uids))
+
+
+Meta = tuple  # (shape, stride) of one operand
+
+
+def _meta(t: Optional[Tensor]) -> Optional[Meta]:
+    return None if t is None else (tuple(t.shape), tuple(t.stride()))
+
+
+def _tensor(g: Any, name: str, m: Meta, io: Any, uid: int) -> Any:
+    return g.tensor(name=name, dim=list(m[0]), stride=list(m[1]), data_type=io, uid=uid)
+
+
+def define_forward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: Meta, b4: Optional[Meta],
+                   o_stride: tuple) -> list[int]:
+    """Add the forward SDPA node to ``g``; returns the operand uids in execute order."""
+    B, H, L, _ = q[0]
+    o_shape = [B, H, L, v[0][3]]
+    qt, kt, vt = _tensor(g, "q", q, io, _UID.Q), _tensor(g, "k", k, io, _UID.K), _tensor(g, "v", v, io, _UID.V)
+    bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
+    o, stats = g.sdpa(name="sdpa_fwd", q=qt, k=kt, v=vt, generate_stats=True, **_sdpa_kwargs(spec, bt))
+    o.set_uid(_UID.O).set_output(True).set_dim(o_shape).set_stride(list(o_stride)).set_data_type(io)
+    stats.set_uid(_UID.STATS).set_output(True).set_dim([B, H, L, 1]).set_stride([H * L, L, 1, 1]).set_data_type(_F32)
+    return [_UID.Q, _UID.K, _UID.V, _UID.O, _UID.STATS] + ([] if bt is None else [_UID.BIAS])
+
+
+def define_backward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: Meta, o: Meta, do: Meta,
+                    b4: Optional[Meta], need_dbias: bool, grad_strides: tuple) -> list[int]:
+    """Add the backward SDPA node to ``g`` (with a dBias output only if ``need_dbias``)."""
+    B, H, L, _ = q[0]
+    qt, kt, vt = _tensor(g, "q", q, io, _UID.Q), _tensor(g, "k", k, io, _UID.K), _tensor(g, "v", v, io, _UID.V)
+    ot, dot = _tensor(g, "o", o, io, _UID.O), _tensor(g, "dO", do, io, _UID.DO)
+    st = g.tensor(name="stats", dim=[B, H, L, 1], stride=[H * L, L, 1, 1], data_type=_F32, uid=_UID.STATS)
+    bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
+    kw = _sdpa_kwargs(spec, bt)
+    dbt = None
+    if need_dbias and b4 is not None:
+        dbt = _tensor(g, "dBias", (b4[0], _contig(b4[0])), io, _UID.DBIAS)
+        kw["dBias"] = dbt
+    dq, dk, dv = g.sdpa_backward(name="sdpa_bwd", q=qt, k=kt, v=vt, o=ot, dO=dot, stats=st, **kw)
+    for t, uid, ref, stride in zip((dq, dk, dv), (_UID.DQ, _UID.DK, _UID.DV), (q, k, v), grad_strides):
+        t.set_uid(uid).set_output(True).set_dim(list(ref[0])).set_stride(list(stride)).set_data_type(io)
+    if dbt is not None:
+        dbt.set_output(True)
+    uids = [_UID.Q, _UID.K, _UID.V, _UID.O, _UID.DO, _UID.STATS, _UID.DQ, _UID.DK, _UID.DV]
+    return uids + ([] if bt is None else [_UID.BIAS]) + ([] if dbt is None else [_UID.DBIAS])
+
+
+def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise Unsupported("cuDNN SDPA needs 4-D [B, H, S, D] q, k, v")
+    if q.shape[1] % k.shape[1] or q.shape[1] % v.shape[1]:
+        raise Unsupported(f"query heads {q.shape[1]} not a multiple of kv heads {k.shape[1]}")
+
+
+def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec) -> tuple[Tensor, Tensor]:
+    io = _io_type(q, k, v, bias)
+    _check_shapes(q, k, v)
+    q, k, v = _operand(q), _operand(k), _operand(v)
+    B, H, L, _ = q.shape
+    S, Dv = k.shape[2], v.shape[3]
+    b4 = None if bias is None else _bias4d(bias, B, H, L, S)
+    o_shape = (B, H, L, Dv)
+    o_stride = like_layout_strides(o_shape, q)
+    metas = (_meta(q), _meta(k), _meta(v), _meta(b4))
+    key = ("fwd", q.device, q.dtype, spec.mask, spec.scale, metas, o_stride)
+    h = _handle(q.device)
+
+    def build() -> _Built:
+        g = _new_graph(h, io)
+        return _finish(g, define_forward(g, io, spec, *metas, o_stride))
+
+    built = cache.get(key, build)
+    out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
+    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4])
+    ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
+    built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
+    return out, lse
+
+
+def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
+             spec: AttentionSpec, need_dbias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    io = _io_type(q, k, v, bias, out, dout)
+    _check_shapes(q, k, v)
+    grad_strides = (like_layout_strides(q.shape, q), like_layout_strides(k.shape, k), like_layout_strides(v.shape, v))
+    q, k, v, out, dout = _operand(q), _operand(k), _operand(v), _operand(out), _operand(dout)
+    lse = lse.contiguous()
+    B, H, L, _ = q.shape
+    b4 = None if bias is None else _bias4d(bias, B, H, L, k.shape[2])
+    need_dbias = bool(need_dbias and b4 is not None)
+    metas = (_meta(q), _meta(k), _meta(v), _meta(out), _meta(dout), _meta(b4))
+    key = ("bwd", q.device, q.dtype, spec.mask, spec.scale, metas, need_dbias, grad_strides)
+    h = _handle(q.device)
+
+    def build() -> _Built:
+        g = _new_graph(h, io)
+        return _finish(g, define_backward(g, io, spec, *metas, need_dbias, grad_strides))
+
+    built = cache.get(key, build)
+    dq, dk, dv = (torch.empty_strided(tuple(t.shape), st, dtype=t.dtype, device=t.device)
+                  for t, st in zip((q, k, v), grad_strides))
+    buffers = [q, k, v, out, dout, lse, dq, dk, dv] + ([] if b4 is None else [b4])
+    dbias4 = None
+    if need_dbias:
+        dbias4 = torch.empty(tuple(b4.shape), dtype=q.dtype, device=q.device)
+        buffers.append(dbias4)
+    ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
+    built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
+    if dbias4 is None:
+        return dq, dk, dv, q.new_empty((0,))
+    dbias = dbias4.sum_to_size(bias.shape).reshape(bias.shape).to(bias.dtype).contiguous()
+    return dq, dk, dv, dbias
+
+
+def _contig(shape) -> list[int]:
+    out, acc = [0] * len(shape), 1
+    for d in range(len(shape) - 1, -1, -1):
+        out[d] = acc
+        acc *= shape[d]
+    return out

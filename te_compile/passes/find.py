@@ -1,0 +1,94 @@
+"""Locate attention calls in a Dynamo FX graph and normalize their arguments.
+
+A site is one ``F.scaled_dot_product_attention`` call (``torch._C._nn`` spelling, the same
+object) or one ``torch.ops.higher_order.flex_attention`` HOP. Arguments are normalized with
+the schema, so positional and keyword spellings give the same ``AttentionSite``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch.fx import Graph, Node
+from torch.fx.operator_schemas import normalize_function
+
+SDPA_TARGETS = (F.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention.default)
+
+
+@dataclasses.dataclass
+class AttentionSite:
+    """One attention call in the graph, with normalized arguments."""
+
+    node: Node
+    kind: str  # "sdpa" | "flex"
+    q: Node
+    k: Node
+    v: Node
+    attn_mask: Optional[Any] = None
+    dropout_p: Any = 0.0
+    is_causal: Any = False
+    scale: Any = None  # as written (None = default)
+    enable_gqa: Any = False
+    problem: Optional[str] = None  # set when the arguments could not be read
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+    def source_line(self) -> str:
+        """``file:line in fn`` of the user code that made this call, when Dynamo recorded it."""
+        trace = self.node.meta.get("stack_trace") or ""
+        lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip().startswith("File ")]
+        if not lines:
+            return ""
+        last = lines[-1]  # 'File "/path/x.py", line 12, in forward'
+        try:
+            path = last.split('"')[1]
+            rest = last.split('"', 2)[2]  # ', line 12, in forward'
+            lineno = rest.split("line", 1)[1].split(",")[0].strip()
+            fn = rest.split(" in ", 1)[1].strip() if " in " in rest else "?"
+            return f"{path.rsplit('/', 1)[-1]}:{lineno} in {fn}"
+        except IndexError:
+            return last
+
+    def default_scale(self) -> Optional[float]:
+        ev = example_value(self.q)
+        if ev is None:
+            return None
+        e = ev.shape[-1]
+        return 1.0 / math.sqrt(e) if isinstance(e, int) else None
+
+
+def example_value(n: Any) -> Optional[torch.Tensor]:
+    """The fake tensor Dynamo recorded for a node (None for non-nodes or missing meta)."""
+    if not isinstance(n, Node):
+        return None
+    v = n.meta.get("example_value", n.meta.get("val"))
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def is_sdpa(n: Node) -> bool:
+    return n.op == "call_function" and n.target in SDPA_TARGETS
+
+
+def _sdpa_site(n: Node) -> AttentionSite:
+    norm = normalize_function(n.target, n.args, n.kwargs, normalize_to_only_use_kwargs=True)
+    if norm is None:
+        q, k, v = (list(n.args) + [None] * 3)[:3]
+        return AttentionSite(n, "sdpa", q, k, v, problem="could not normalize the call's arguments")
+    kw = norm.kwargs
+    return AttentionSite(
+        node=n, kind="sdpa", q=kw["query"], k=kw["key"], v=kw["value"],
+        attn_mask=kw.get("attn_mask"), dropout_p=kw.get("dropout_p", 0.0),
+        is_causal=kw.get("is_causal", False), scale=kw.get("scale"),
+        enable_gqa=kw.get("enable_gqa", False),
+    )
+
+
+def find_sites(graph: Graph) -> list[AttentionSite]:
+    """All attention sites of ``graph``, in graph order."""
+    return [_sdpa_site(n) for n in graph.nodes if is_sdpa(n)]

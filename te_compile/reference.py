@@ -1,0 +1,93 @@
+"""Exact eager attention math for every AttentionSpec: forward and an explicit backward.
+
+Used as the CPU kernel of the te_compile ops, as the run-time fallback when cuDNN rejects a
+spec, and as the verifier. It computes in float32 (float64 when the inputs are float64, so
+``opcheck``/``gradcheck`` are exact) and mirrors eager semantics:
+
+* scores = (q @ k^T) * scale + bias, top-left causal mask (q_idx >= kv_idx);
+* GQA: query head h reads kv head h // (Hq // Hkv);
+* fully-masked rows give output 0 and lse = -inf, and zero gradients (never NaN);
+* lse is the natural-log logsumexp of the masked scores, shape [B, Hq, L], float32/64.
+
+The backward is written out (it runs below autograd inside a custom op, where
+``torch.autograd`` is unavailable): dS = P * (dP - rowsum(dO * O)).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .spec import AttentionSpec
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _expand_kv(t: Tensor, hq: int) -> Tensor:
+    hk = t.shape[1]
+    if hk == hq:
+        return t
+    return t.repeat_interleave(hq // hk, dim=1)
+
+
+def _scores(q: Tensor, k: Tensor, bias: Optional[Tensor], spec: AttentionSpec) -> Tensor:
+    """Masked, biased, scaled scores [B, Hq, L, S] in the compute dtype (-inf where masked)."""
+    ct = compute_dtype(q.dtype)
+    s = torch.matmul(q.to(ct), _expand_kv(k, q.shape[1]).to(ct).transpose(-2, -1)) * spec.scale
+    if bias is not None:
+        s = s + bias.to(ct)
+    if spec.is_causal:
+        L, S = s.shape[-2:]
+        keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    return s
+
+
+def _probs(s: Tensor, lse: Tensor) -> Tensor:
+    """softmax from scores and lse; rows with lse = -inf are all zero."""
+    safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    p = torch.exp(s - safe.unsqueeze(-1))
+    return torch.where(torch.isinf(lse).unsqueeze(-1), torch.zeros_like(p), p)
+
+
+def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
+                      spec: AttentionSpec) -> tuple[Tensor, Tensor]:
+    """(out [B, Hq, L, Ev] in q's dtype, lse [B, Hq, L] in the compute dtype)."""
+    s = _scores(q, k, bias, spec)
+    lse = torch.logsumexp(s, dim=-1)  # -inf for fully-masked rows
+    p = _probs(s, lse)
+    out = torch.matmul(p, _expand_kv(v, q.shape[1]).to(p.dtype))
+    return out.to(q.dtype), lse
+
+
+def _reduce_heads(g: Tensor, hk: int) -> Tensor:
+    """Sum a [B, Hq, ...] gradient over each GQA group to [B, Hk, ...]."""
+    B, hq = g.shape[:2]
+    if hq == hk:
+        return g
+    return g.reshape(B, hk, hq // hk, *g.shape[2:]).sum(dim=2)
+
+
+def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                       bias: Optional[Tensor], spec: AttentionSpec,
+                       need_dbias: bool) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """(dq, dk, dv, dbias or None); dbias has bias's own (broadcast) shape."""
+    ct = compute_dtype(q.dtype)
+    hq, hk = q.shape[1], k.shape[1]
+    s = _scores(q, k, bias, spec)
+    p = _probs(s, lse.to(ct))
+    do = dout.to(ct)
+    dv = _reduce_heads(torch.matmul(p.transpose(-2, -1), do), hk)
+    dp = torch.matmul(do, _expand_kv(v, hq).to(ct).transpose(-2, -1))
+    delta = (do * out.to(ct)).sum(dim=-1, keepdim=True)
+    ds = p * (dp - delta)
+    dq = torch.matmul(ds, _expand_kv(k, hq).to(ct)) * spec.scale
+    dk = _reduce_heads(torch.matmul(ds.transpose(-2, -1), q.to(ct)) * spec.scale, hk)
+    dbias = None
+    if need_dbias and bias is not None:
+        dbias = ds.sum_to_size(bias.shape).to(bias.dtype)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbias

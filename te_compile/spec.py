@@ -1,0 +1,74 @@
+"""AttentionSpec: the frozen, hashable description of one attention call.
+
+The spec travels through the graph as a plain string argument of the te_compile ops
+(``AttentionSpec.key()``), so a rewritten graph is self-describing: Inductor's FX cache,
+AOTAutograd and a fresh process can all rebuild the exact computation from the graph
+alone, with no registry to fill first. The string is canonical JSON (sorted keys), and
+``from_key`` parses it back (memoized: ops call it on every run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Literal
+
+#: Mask kinds the op understands. ``causal`` is SDPA's top-left causal (q_idx >= kv_idx).
+MaskKind = Literal["none", "causal"]
+#: Which kernel serves the op on CUDA. ``reference`` forces the exact eager math everywhere.
+Impl = Literal["cudnn", "reference"]
+
+MASK_KINDS: tuple[str, ...] = ("none", "causal")
+IMPLS: tuple[str, ...] = ("cudnn", "reference")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionSpec:
+    """Everything about an attention call that is not a tensor.
+
+    Shapes, strides and dtypes are not part of the spec: they come with the tensors at
+    run time and complete the cuDNN cache key there.
+    """
+
+    scale: float
+    mask: str = "none"
+    impl: str = "cudnn"
+    #: where the call came from, for messages only ("sdpa" or "flex")
+    source: str = "sdpa"
+
+    def __post_init__(self) -> None:
+        if self.mask not in MASK_KINDS:
+            raise ValueError(f"unknown mask kind {self.mask!r}; expected one of {MASK_KINDS}")
+        if self.impl not in IMPLS:
+            raise ValueError(f"unknown impl {self.impl!r}; expected one of {IMPLS}")
+        if not isinstance(self.scale, float):
+            object.__setattr__(self, "scale", float(self.scale))
+
+    @property
+    def is_causal(self) -> bool:
+        return self.mask == "causal"
+
+    def key(self) -> str:
+        """Canonical string form; ``AttentionSpec.from_key(s.key()) == s``."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @staticmethod
+    def from_key(key: str) -> "AttentionSpec":
+        return _parse(key)
+
+    def describe(self) -> str:
+        """Short human-readable form for reports and warnings."""
+        parts = [f"mask={self.mask}", f"scale={self.scale:.6g}"]
+        if self.impl != "cudnn":
+            parts.append(f"impl={self.impl}")
+        return ", ".join(parts)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse(key: str) -> AttentionSpec:
+    try:
+        fields = json.loads(key)
+        return AttentionSpec(**fields)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"not a te_compile attention spec: {key!r} ({e})") from None
