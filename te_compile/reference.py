@@ -37,7 +37,7 @@ def _expand_kv(t: Tensor, hq: int) -> Tensor:
 def _scores(q: Tensor, k: Tensor, bias: Optional[Tensor], spec: AttentionSpec) -> Tensor:
     """Masked, biased, scaled scores [B, Hq, L, S] in the compute dtype (-inf where masked)."""
     ct = compute_dtype(q.dtype)
-    s = torch.matmul(q.to(ct), _expand_kv(k, q.shape[1]).to(ct).transpose(-2, -1)) * spec.scale
+    s = torch.matmul(q.to(ct), _expand_kv(k, q.shape[1]).to(ct).transpose(-2, -1)) * spec.scale_for(q.shape[-1])
     if bias is not None:
         s = s + bias.to(ct)
     if spec.is_causal:
@@ -78,6 +78,7 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
     """(dq, dk, dv, dbias or None); dbias has bias's own (broadcast) shape."""
     ct = compute_dtype(q.dtype)
     hq, hk = q.shape[1], k.shape[1]
+    scale = spec.scale_for(q.shape[-1])
     s = _scores(q, k, bias, spec)
     p = _probs(s, lse.to(ct))
     do = dout.to(ct)
@@ -85,8 +86,8 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
     dp = torch.matmul(do, _expand_kv(v, hq).to(ct).transpose(-2, -1))
     delta = (do * out.to(ct)).sum(dim=-1, keepdim=True)
     ds = p * (dp - delta)
-    dq = torch.matmul(ds, _expand_kv(k, hq).to(ct)) * spec.scale
-    dk = _reduce_heads(torch.matmul(ds.transpose(-2, -1), q.to(ct)) * spec.scale, hk)
+    dq = torch.matmul(ds, _expand_kv(k, hq).to(ct)) * scale
+    dk = _reduce_heads(torch.matmul(ds.transpose(-2, -1), q.to(ct)) * scale, hk)
     dbias = None
     if need_dbias and bias is not None:
         dbias = ds.sum_to_size(bias.shape).to(bias.dtype)

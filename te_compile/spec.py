@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import Literal
+import math
+from typing import Literal, Optional
 
 #: Mask kinds the op understands. ``causal`` is SDPA's top-left causal (q_idx >= kv_idx).
 MaskKind = Literal["none", "causal"]
@@ -31,7 +32,9 @@ class AttentionSpec:
     run time and complete the cuDNN cache key there.
     """
 
-    scale: float
+    #: softmax scale; None = SDPA's default 1/sqrt(head dim), resolved from q at run time
+    #: (so a symbolic head dim under dynamic shapes still rewrites)
+    scale: Optional[float] = None
     mask: str = "none"
     impl: str = "cudnn"
     #: where the call came from, for messages only ("sdpa" or "flex")
@@ -42,8 +45,11 @@ class AttentionSpec:
             raise ValueError(f"unknown mask kind {self.mask!r}; expected one of {MASK_KINDS}")
         if self.impl not in IMPLS:
             raise ValueError(f"unknown impl {self.impl!r}; expected one of {IMPLS}")
-        if not isinstance(self.scale, float):
+        if self.scale is not None and not isinstance(self.scale, float):
             object.__setattr__(self, "scale", float(self.scale))
+
+    def scale_for(self, head_dim: int) -> float:
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(head_dim)
 
     @property
     def is_causal(self) -> bool:
@@ -59,7 +65,8 @@ class AttentionSpec:
 
     def describe(self) -> str:
         """Short human-readable form for reports and warnings."""
-        parts = [f"mask={self.mask}", f"scale={self.scale:.6g}"]
+        scale = "default" if self.scale is None else f"{self.scale:.6g}"
+        parts = [f"mask={self.mask}", f"scale={scale}"]
         if self.impl != "cudnn":
             parts.append(f"impl={self.impl}")
         return ", ".join(parts)

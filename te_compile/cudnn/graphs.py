@@ -160,8 +160,8 @@ def _bias4d(bias: Tensor, B: int, H: int, L: int, S: int) -> Tensor:
     return b
 
 
-def _sdpa_kwargs(spec: AttentionSpec, bias_t: Any) -> dict:
-    kw: dict = {"attn_scale": spec.scale}
+def _sdpa_kwargs(spec: AttentionSpec, head_dim: int, bias_t: Any) -> dict:
+    kw: dict = {"attn_scale": spec.scale_for(head_dim)}
     if bias_t is not None:
         kw["bias"] = bias_t
     if spec.is_causal:
@@ -201,7 +201,7 @@ def define_forward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: Me
     o_shape = [B, H, L, v[0][3]]
     qt, kt, vt = _tensor(g, "q", q, io, _UID.Q), _tensor(g, "k", k, io, _UID.K), _tensor(g, "v", v, io, _UID.V)
     bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
-    o, stats = g.sdpa(name="sdpa_fwd", q=qt, k=kt, v=vt, generate_stats=True, **_sdpa_kwargs(spec, bt))
+    o, stats = g.sdpa(name="sdpa_fwd", q=qt, k=kt, v=vt, generate_stats=True, **_sdpa_kwargs(spec, q[0][3], bt))
     o.set_uid(_UID.O).set_output(True).set_dim(o_shape).set_stride(list(o_stride)).set_data_type(io)
     stats.set_uid(_UID.STATS).set_output(True).set_dim([B, H, L, 1]).set_stride([H * L, L, 1, 1]).set_data_type(_F32)
     return [_UID.Q, _UID.K, _UID.V, _UID.O, _UID.STATS] + ([] if bt is None else [_UID.BIAS])
@@ -215,7 +215,7 @@ def define_backward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: M
     ot, dot = _tensor(g, "o", o, io, _UID.O), _tensor(g, "dO", do, io, _UID.DO)
     st = g.tensor(name="stats", dim=[B, H, L, 1], stride=[H * L, L, 1, 1], data_type=_F32, uid=_UID.STATS)
     bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
-    kw = _sdpa_kwargs(spec, bt)
+    kw = _sdpa_kwargs(spec, q[0][3], bt)
     dbt = None
     if need_dbias and b4 is not None:
         dbt = _tensor(g, "dBias", (b4[0], _contig(b4[0])), io, _UID.DBIAS)
@@ -246,7 +246,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
     o_shape = (B, H, L, Dv)
     o_stride = like_layout_strides(o_shape, q)
     metas = (_meta(q), _meta(k), _meta(v), _meta(b4))
-    key = ("fwd", q.device, q.dtype, spec.mask, spec.scale, metas, o_stride)
+    key = ("fwd", q.device, q.dtype, spec.mask, spec.scale_for(q.shape[3]), metas, o_stride)
     h = _handle(q.device)
 
     def build() -> _Built:
@@ -273,7 +273,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     b4 = None if bias is None else _bias4d(bias, B, H, L, k.shape[2])
     need_dbias = bool(need_dbias and b4 is not None)
     metas = (_meta(q), _meta(k), _meta(v), _meta(out), _meta(dout), _meta(b4))
-    key = ("bwd", q.device, q.dtype, spec.mask, spec.scale, metas, need_dbias, grad_strides)
+    key = ("bwd", q.device, q.dtype, spec.mask, spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides)
     h = _handle(q.device)
 
     def build() -> _Built:

@@ -8,7 +8,6 @@ the schema, so positional and keyword spellings give the same ``AttentionSite``.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Optional
 
 import torch
@@ -54,13 +53,6 @@ class AttentionSite:
             return f"{path.rsplit('/', 1)[-1]}:{lineno} in {fn}"
         except IndexError:
             return last
-
-    def default_scale(self) -> Optional[float]:
-        ev = example_value(self.q)
-        if ev is None:
-            return None
-        e = ev.shape[-1]
-        return 1.0 / math.sqrt(e) if isinstance(e, int) else None
 
 
 def example_value(n: Any) -> Optional[torch.Tensor]:

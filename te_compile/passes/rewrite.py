@@ -108,9 +108,7 @@ def decide(site: AttentionSite, target: str = "auto", checker: Optional[Checker]
         return _keep(site, "attn_mask together with is_causal=True: eager behaviour differs by backend "
                            "(error on math, AND on CPU flash); fold the causal mask into attn_mask", **kw)
     if site.scale is None:
-        scale = site.default_scale()
-        if scale is None:
-            return _keep(site, "head dim is symbolic: cannot resolve the default scale", **kw)
+        scale = None  # SDPA's default, resolved from q's head dim at run time
     elif isinstance(site.scale, numbers.Number):
         scale = float(site.scale)
     else:

@@ -1,0 +1,74 @@
+"""The backend as users reach it: by name, with options, through explain, and the demo."""
+
+import json
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import te_compile
+from te_compile.demo import main as demo_main
+
+
+def attn(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _qkv():
+    return [torch.randn(1, 2, 16, 8) for _ in range(3)]
+
+
+def test_backend_by_name_without_import_of_options():
+    # resolved through the torch_dynamo_backends entry point
+    from torch._dynamo.backends.registry import lookup_backend
+    assert lookup_backend("te_compile") is te_compile.te_compile_backend
+    q, k, v = _qkv()
+    torch.testing.assert_close(torch.compile(attn, backend="te_compile")(q, k, v), attn(q, k, v))
+
+
+@pytest.mark.parametrize("kw,match", [(dict(inner="tvm"), "inner compiler"), (dict(target="gpu"), "target")])
+def test_bad_options_raise_clearly(kw, match):
+    with pytest.raises(ValueError, match=match):
+        te_compile.backend(**kw)
+
+
+def test_eager_inner_compiler():
+    q, k, v = _qkv()
+    out = torch.compile(attn, backend=te_compile.backend(inner="eager", target="reference"))(q, k, v)
+    torch.testing.assert_close(out, attn(q, k, v))
+
+
+def test_explain_table_and_dict():
+    def two_sites(q, k, v):
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return a + F.scaled_dot_product_attention(q, k, v, dropout_p=0.2)
+
+    report = te_compile.explain(two_sites, *_qkv(), target="reference")
+    text = str(report)
+    lines = text.splitlines()
+    assert lines[0] == ("te_compile: 2 attention site(s) in 1 graph(s): 0 on cuDNN, "
+                        "1 on the reference kernel, 1 kept")
+    assert lines[1].split() == ["#", "site", "source", "kind", "q", "dtype", "mask", "grads", "dbias",
+                                "target", "reason"]
+    assert "test_backend.py:" in lines[2] and "reference" in lines[2] and "causal" in lines[2]
+    assert lines[3].endswith("dropout_p=0.2 > 0: cuDNN's dropout RNG cannot reproduce torch's")
+    d = json.loads(json.dumps(report.to_dict()))
+    assert d["summary"] == {"sites": 2, "cudnn": 0, "reference": 1, "kept": 1}
+    assert d["sites"][0]["q"] == "[1,2,16,8]" and d["sites"][0]["dtype"] == "float32"
+    assert "te_compile.attn_fwd" in report.code()
+
+
+def test_decisions_are_logged(caplog):
+    with caplog.at_level(logging.INFO, logger="te_compile"):
+        torch.compile(attn, backend="te_compile")(*_qkv())
+    assert any("kept: inputs on cpu" in r.getMessage() for r in caplog.records)
+
+
+def test_demo_runs_on_cpu(capsys):
+    assert demo_main(["--device", "cpu", "--seq", "32", "--batch", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "3 attention site(s) in 1 graph(s): 0 on cuDNN, 3 on the reference kernel, 0 kept" in out
+    line = next(ln for ln in out.splitlines() if ln.startswith("max rel. error"))
+    errs = [float(tok.rstrip(",")) for tok in line.split() if tok.rstrip(",").replace(".", "").replace("e-", "").isdigit()]
+    assert errs and max(errs) < 1e-4, line

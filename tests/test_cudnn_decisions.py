@@ -1,0 +1,88 @@
+"""The cuDNN target's decisions, on CPU: fake CUDA example values + cuDNN FE's own validator."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from te_compile.cudnn.check import check
+from te_compile.passes.rewrite import rewrite_graph
+from te_compile.spec import AttentionSpec
+
+
+def _graph(fn, shapes, dtype=torch.bfloat16, mask=None, requires_grad=True):
+    """symbolic_trace ``fn`` and attach fake CUDA example values (what Dynamo would record)."""
+    gm = torch.fx.symbolic_trace(fn)
+    with FakeTensorMode():
+        vals = [torch.empty(*s, device="cuda", dtype=dtype, requires_grad=requires_grad) for s in shapes]
+        if mask is not None:
+            shape, mdtype, rg = mask
+            vals.append(torch.empty(*shape, device="cuda", dtype=mdtype, requires_grad=rg))
+        out = torch.empty(shapes[0][:3] + (shapes[2][3],), device="cuda", dtype=dtype,
+                          requires_grad=any(v.requires_grad for v in vals))
+    it = iter(vals)
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            n.meta["example_value"] = next(it)
+        elif n.op == "call_function":
+            n.meta["example_value"] = out
+    return gm
+
+
+def _decide(fn, shapes, **kw):
+    gm = _graph(fn, shapes, **kw)
+    (d,) = rewrite_graph(gm, "auto", check)
+    return d, gm
+
+
+def sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def sdpa_mask(q, k, v, m):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+
+def test_bf16_cuda_goes_to_cudnn():
+    d, gm = _decide(sdpa, [(2, 8, 128, 64)] * 3)
+    assert d.rewrite and d.target == "cudnn", d.reason
+    assert '"impl":"cudnn"' in gm.code and '"mask":"causal"' in gm.code
+
+
+def test_learned_bias_reports_dbias():
+    d, _ = _decide(sdpa_mask, [(2, 8, 128, 64)] * 3, mask=((1, 8, 128, 128), torch.bfloat16, True))
+    assert d.rewrite and d.grads.bias and d.dbias.startswith("yes")
+
+
+def test_frozen_bias_and_bool_mask_need_no_dbias():
+    d, _ = _decide(sdpa_mask, [(2, 8, 128, 64)] * 3, mask=((128, 128), torch.bfloat16, False))
+    assert d.rewrite and not d.grads.bias and d.dbias.startswith("no")
+    d, gm = _decide(sdpa_mask, [(2, 8, 128, 64)] * 3, mask=((128, 128), torch.bool, False))
+    assert d.rewrite and d.dbias == "no (bool mask)" and "mask_to_bias" in gm.code
+
+
+@pytest.mark.parametrize("shapes,dtype,why", [
+    ([(2, 8, 128, 64)] * 3, torch.float32, "dtype float32: cuDNN SDPA serves float16 and bfloat16 only"),
+    ([(2, 8, 128, 60)] * 3, torch.bfloat16, "head dim 60/60 is not a multiple of 8"),
+    ([(2, 8, 128, 512)] * 3, torch.bfloat16, "head dim 512 > 256"),
+])
+def test_unsupported_configs_are_kept_with_reason(shapes, dtype, why):
+    d, gm = _decide(sdpa, shapes, dtype=dtype)
+    assert not d.rewrite and d.target == "kept"
+    assert why in d.reason
+    assert "scaled_dot_product_attention" in gm.code
+
+
+def test_validator_reason_is_reported():
+    # 6 query heads over 4 kv heads: cuDNN's own validator rejects the GQA ratio
+    assert check(*(torch.empty(s, device="meta", dtype=torch.bfloat16) for s in
+                   [(2, 6, 64, 64), (2, 4, 64, 64), (2, 4, 64, 64)]),
+                 None, AttentionSpec(), True, False).startswith("cuDNN support check:")
+
+
+def test_check_accepts_supported_shapes_with_and_without_dbias():
+    q, k, v = (torch.empty(2, 8, 256, 128, device="meta", dtype=torch.float16) for _ in range(3))
+    bias = torch.empty(1, 8, 256, 256, device="meta", dtype=torch.float16)
+    for spec in (AttentionSpec(), AttentionSpec(mask="causal", scale=0.2)):
+        assert check(q, k, v, None, spec, True, False) is None
+        assert check(q, k, v, bias, spec, True, True) is None

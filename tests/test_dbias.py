@@ -1,0 +1,90 @@
+"""The AOT backward graph asks for dBias exactly when the bias needs a gradient."""
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._dynamo.backends.common import aot_autograd
+from functorch.compile import make_boxed_func
+
+from te_compile.passes.rewrite import rewrite_graph
+
+
+def _backward_graphs(fn, *args):
+    graphs = {"fw": [], "bw": []}
+
+    def cap(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind].append(gm.code)
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    def backend(gm, example_inputs):
+        rewrite_graph(gm, "reference")
+        return aot_autograd(fw_compiler=cap("fw"), bw_compiler=cap("bw"))(gm, example_inputs)
+
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend=backend, fullgraph=True)(*args)
+    if out.requires_grad:
+        out.sum().backward()
+    return graphs
+
+
+def _need_dbias_flags(code):
+    calls = re.findall(r"te_compile\.attn_bwd\.default\((.*?)\);", code)
+    return [c.split(", ")[-1].strip() for c in calls]
+
+
+def _qkv():
+    return [torch.randn(1, 2, 8, 8, requires_grad=True) for _ in range(3)]
+
+
+def fn_bias(q, k, v, b):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=b)
+
+
+def test_learned_bias_requests_dbias():
+    g = _backward_graphs(fn_bias, *_qkv(), torch.randn(8, 8, requires_grad=True))
+    assert _need_dbias_flags(g["bw"][0]) == ["True"]
+
+
+def test_frozen_bias_does_not_request_dbias():
+    g = _backward_graphs(fn_bias, *_qkv(), torch.randn(8, 8))
+    assert _need_dbias_flags(g["bw"][0]) == ["False"]
+
+
+def test_bool_mask_does_not_request_dbias():
+    g = _backward_graphs(fn_bias, *_qkv(), torch.ones(8, 8, dtype=torch.bool).tril())
+    assert _need_dbias_flags(g["bw"][0]) == ["False"]
+
+
+def test_bias_derived_from_a_parameter_requests_dbias():
+    w = torch.randn(8, 8, requires_grad=True)
+    mask = torch.ones(8, 8, dtype=torch.bool).tril()
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=(w * 2).masked_fill(~mask, float("-inf")))
+    g = _backward_graphs(fn, *_qkv())
+    assert _need_dbias_flags(g["bw"][0]) == ["True"]
+
+
+def test_no_grad_has_no_backward_at_all():
+    with torch.no_grad():
+        g = _backward_graphs(fn_bias, *_qkv(), torch.randn(8, 8, requires_grad=True))
+    assert g["bw"] == []
+    assert "attn_fwd" in g["fw"][0]
+
+
+@pytest.mark.parametrize("learned", [False, True])
+def test_bias_grad_matches_eager(learned):
+    q, k, v = _qkv()
+    b = torch.randn(2, 8, 8, requires_grad=learned)
+    _backward_graphs(fn_bias, q, k, v, b)
+    got = b.grad
+    b.grad = None
+    F.scaled_dot_product_attention(q, k, v, attn_mask=b).sum().backward()
+    if learned:
+        torch.testing.assert_close(got, b.grad, rtol=1e-5, atol=1e-5)
+    else:
+        assert got is None and b.grad is None

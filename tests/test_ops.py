@@ -1,0 +1,91 @@
+"""The custom ops pass torch.library.opcheck (schema, fake kernel, autograd, AOT dispatch)."""
+
+import pytest
+import torch
+
+import te_compile  # noqa: F401
+from te_compile.ops import mask_to_bias
+from te_compile.spec import AttentionSpec
+
+CASES = {
+    "plain": dict(),
+    "causal_bias": dict(mask="causal", bias=(1, 4, 6, 6)),
+    "bias_2d": dict(bias=(6, 6)),
+    "gqa": dict(hk=2, mask="causal"),
+    "bshd": dict(bshd=True, bias=(2, 4, 6, 6)),
+    "cross": dict(s=9, bias=(1, 1, 6, 9)),
+}
+
+
+def _args(case, dtype=torch.float64, rg=True):
+    g = torch.Generator().manual_seed(0)
+    B, H, L, D = 2, 4, 6, 8
+    S, hk = case.get("s", L), case.get("hk", H)
+
+    def t(*shape):
+        return torch.randn(*shape, generator=g, dtype=dtype)
+    if case.get("bshd"):
+        q, k, v = t(B, L, H, D).transpose(1, 2), t(B, S, hk, D).transpose(1, 2), t(B, S, hk, D).transpose(1, 2)
+    else:
+        q, k, v = t(B, H, L, D), t(B, hk, S, D), t(B, hk, S, D)
+    bias = t(*case["bias"]) if "bias" in case else None
+    for x in (q, k, v, bias):
+        if x is not None:
+            x.requires_grad_(rg)
+    spec = AttentionSpec(scale=0.3, mask=case.get("mask", "none"), impl="reference").key()
+    return q, k, v, bias, spec
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_opcheck_fwd(name):
+    q, k, v, bias, spec = _args(CASES[name])
+    torch.library.opcheck(torch.ops.te_compile.attn_fwd.default, (q, k, v, bias, [], spec))
+
+
+@pytest.mark.parametrize("need_dbias", [False, True])
+@pytest.mark.parametrize("name", ["causal_bias", "bshd", "gqa"])
+def test_opcheck_bwd(name, need_dbias):
+    q, k, v, bias, spec = _args(CASES[name], rg=False)
+    out, lse = torch.ops.te_compile.attn_fwd(q, k, v, bias, [], spec)
+    dout = torch.randn_like(out)
+    torch.library.opcheck(torch.ops.te_compile.attn_bwd.default,
+                          (dout, q, k, v, out, lse, bias, [], spec, need_dbias))
+
+
+def test_gradcheck_through_the_op():
+    q, k, v, bias, spec = _args(CASES["causal_bias"])
+    fn = lambda q, k, v, b: torch.ops.te_compile.attn_fwd(q, k, v, b, [], spec)[0]  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (q, k, v, bias))
+
+
+def test_outputs_follow_input_layout():
+    q, k, v, bias, spec = _args(CASES["bshd"], dtype=torch.float32, rg=False)
+    out, lse = torch.ops.te_compile.attn_fwd(q, k, v, bias, [], spec)
+    # q is a [B, L, H, D] buffer viewed as [B, H, L, D]: the output is laid out the same way
+    assert out.stride() == q.stride()
+    assert out.transpose(1, 2).is_contiguous()
+    assert lse.shape == (2, 4, 6) and lse.dtype == torch.float32 and lse.is_contiguous()
+    dq, dk, dv, db = torch.ops.te_compile.attn_bwd(torch.ones_like(out), q, k, v, out, lse, bias, [], spec, False)
+    assert dq.stride() == q.stride() and dk.stride() == k.stride() and dv.stride() == v.stride()
+    assert db.numel() == 0
+
+
+def test_no_dbias_requested_when_bias_frozen():
+    q, k, v, bias, spec = _args(CASES["causal_bias"])
+    bias.requires_grad_(False)
+    out = torch.ops.te_compile.attn_fwd(q, k, v, bias, [], spec)[0]
+    out.sum().backward()
+    assert bias.grad is None and q.grad is not None
+
+
+def test_extra_tensors_are_rejected_until_supported():
+    q, k, v, bias, spec = _args(CASES["plain"], rg=False)
+    with pytest.raises(NotImplementedError, match="captured score_mod tensors"):
+        torch.ops.te_compile.attn_fwd(q, k, v, None, [torch.ones(1)], spec)
+
+
+def test_mask_to_bias():
+    m = torch.tensor([[True, False], [False, False]])
+    b = mask_to_bias(m, torch.bfloat16)
+    assert b.dtype == torch.bfloat16
+    assert b.tolist() == [[0.0, float("-inf")], [float("-inf"), float("-inf")]]
