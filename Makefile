@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(PY) -m te_compile demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -m "not cuda" tests
 
 # on a CUDA machine: the cuDNN numerics tests and the benchmark
 test-cuda: $(STAMP)
