@@ -16,7 +16,6 @@ from te_compile.spec import AttentionSpec
 def main() -> None:
     B, H, L, D = 2, 16, 1024, 128
     q, k, v, do = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
-    bias = torch.randn(1, H, L, L, device="cuda", dtype=torch.bfloat16)
     spec = AttentionSpec(mask="causal").key()
     o, lse = torch.ops.te_compile.attn_fwd(q, k, v, None, [], spec)
     fwd = lambda: torch.ops.te_compile.attn_fwd(q, k, v, None, [], spec)  # noqa: E731

@@ -7,7 +7,6 @@ On a GPU the attention runs on cuDNN (bf16) and the step time is compared with d
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 from typing import Callable, Optional

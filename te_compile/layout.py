@@ -22,11 +22,11 @@ def like_layout_strides(shape: Sequence[int], like: Tensor) -> tuple[int, ...]:
     """
     strides = like.stride()
     if len(shape) != like.dim() or 0 in strides or strides[-1] != 1:
-        return _contiguous(shape)
+        return contiguous_strides(shape)
     # stable sort, innermost first; ties (size-1 dims) keep row-major order from the right
     order = sorted(range(like.dim()), key=lambda d: (strides[d], -d))
     if order[0] != like.dim() - 1:
-        return _contiguous(shape)
+        return contiguous_strides(shape)
     out = [0] * len(shape)
     acc = 1
     for d in order:
@@ -35,7 +35,7 @@ def like_layout_strides(shape: Sequence[int], like: Tensor) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
+def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     out = [0] * len(shape)
     acc = 1
     for d in range(len(shape) - 1, -1, -1):

@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from ..layout import like_layout_strides
+from ..layout import contiguous_strides, like_layout_strides
 from ..spec import AttentionSpec
 
 #: largest head dim cuDNN's sm90 SDPA serves forward *and* backward (cuDNN 9.x)
@@ -58,7 +58,7 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
         S = shapes[1][2]
         b = (1,) * (4 - len(bshape)) + bshape
         b4 = (B if b[0] != 1 else 1, H if b[1] != 1 else 1, L, S)
-        bias_meta = (b4, _contig(b4))
+        bias_meta = (b4, contiguous_strides(b4))
     return _validate(spec, tuple((s, _strides(s, t)) for s, t in zip(shapes, (q, k, v))), bias_meta,
                      str(q.dtype), needs_grad, needs_dbias)
 
@@ -66,16 +66,8 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
 def _strides(shape: tuple[int, ...], t: torch.Tensor) -> tuple[int, ...]:
     st = _concrete(t.stride())
     if st is None or st[-1] != 1 or 0 in st:
-        return _contig(shape)
+        return contiguous_strides(shape)
     return st
-
-
-def _contig(shape) -> tuple[int, ...]:
-    out, acc = [0] * len(shape), 1
-    for d in range(len(shape) - 1, -1, -1):
-        out[d] = acc
-        acc *= shape[d]
-    return tuple(out)
 
 
 @functools.lru_cache(maxsize=512)

@@ -28,7 +28,7 @@ from torch import Tensor
 
 import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 
-from ..layout import like_layout_strides
+from ..layout import contiguous_strides, like_layout_strides
 from ..spec import AttentionSpec
 
 log = logging.getLogger("te_compile")
@@ -218,7 +218,7 @@ def define_backward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: M
     kw = _sdpa_kwargs(spec, q[0][3], bt)
     dbt = None
     if need_dbias and b4 is not None:
-        dbt = _tensor(g, "dBias", (b4[0], _contig(b4[0])), io, _UID.DBIAS)
+        dbt = _tensor(g, "dBias", (b4[0], contiguous_strides(b4[0])), io, _UID.DBIAS)
         kw["dBias"] = dbt
     dq, dk, dv = g.sdpa_backward(name="sdpa_bwd", q=qt, k=kt, v=vt, o=ot, dO=dot, stats=st, **kw)
     for t, uid, ref, stride in zip((dq, dk, dv), (_UID.DQ, _UID.DK, _UID.DV), (q, k, v), grad_strides):
@@ -295,10 +295,3 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     dbias = dbias4.sum_to_size(bias.shape).reshape(bias.shape).to(bias.dtype).contiguous()
     return dq, dk, dv, dbias
 
-
-def _contig(shape) -> list[int]:
-    out, acc = [0] * len(shape), 1
-    for d in range(len(shape) - 1, -1, -1):
-        out[d] = acc
-        acc *= shape[d]
-    return out
