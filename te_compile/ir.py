@@ -1,0 +1,334 @@
+"""ScoreExpr: the small pointwise IR a flex ``score_mod`` / ``mask_mod`` is translated into.
+
+An ``Expr`` is an immutable tree (shared subtrees are fine; it is a DAG in practice) over the
+leaves ``score``, ``b``, ``h``, ``q_idx``, ``kv_idx`` and constants. It has
+
+* a canonical text form (``str(e)``, an s-expression) and a parser (``parse``), so an expression
+  travels inside the op's spec string and is its own cache key;
+* ``evaluate``: the exact torch math (the reference kernel and the verifier use it);
+* ``derivative``: d(expr)/d(score), symbolic, with light constant folding; cuDNN needs it as the
+  ``score_mod_bprop`` (without one it silently uses 1).
+
+Integer index arithmetic follows torch: the index leaves are int32, ``div`` is true division
+(float), ``floordiv`` / ``rem`` by a positive constant are exact on integers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Callable, Union
+
+import torch
+
+LEAVES = ("score", "b", "h", "q_idx", "kv_idx")
+UNARY = ("neg", "abs", "exp", "log", "tanh", "sigmoid", "sin", "cos", "tan", "sqrt", "rsqrt", "not")
+BINARY = ("add", "sub", "mul", "div", "pow", "min", "max", "rem", "floordiv",
+          "eq", "ne", "lt", "le", "gt", "ge", "and", "or")
+TERNARY = ("where",)
+CASTS = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "bool")
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+LOGICAL = ("and", "or", "not")
+
+Const = Union[bool, int, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Expr:
+    op: str  # a leaf name, "const", a unary/binary/ternary op, or "cast"
+    args: tuple["Expr", ...] = ()
+    value: Const | None = None  # for "const"
+    dtype: str | None = None  # for "cast": the target dtype; for "const": "bool" | "int" | "float"
+
+    def __str__(self) -> str:
+        return _text(self)
+
+    # -- construction helpers (used by the translator and by tests)
+    @staticmethod
+    def leaf(name: str) -> "Expr":
+        if name not in LEAVES:
+            raise ValueError(f"unknown leaf {name!r}")
+        return Expr(name)
+
+    @staticmethod
+    def const(v: Const) -> "Expr":
+        # the type tag keeps 1, 1.0 and True apart (they compare equal in Python)
+        if isinstance(v, bool):
+            return Expr("const", value=bool(v), dtype="bool")
+        if isinstance(v, int):
+            return Expr("const", value=int(v), dtype="int")
+        return Expr("const", value=float(v), dtype="float")
+
+    def is_const(self, v: Const | None = None) -> bool:
+        return self.op == "const" and (v is None or (self.value == v and type(self.value) is type(v)))
+
+    def leaves(self) -> set[str]:
+        return _leaves(self)
+
+
+@functools.lru_cache(maxsize=4096)
+def _text(e: Expr) -> str:
+    if e.op in LEAVES:
+        return e.op
+    if e.op == "const":
+        v = e.value
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, float):
+            return repr(v) if math.isfinite(v) else ("inf" if v > 0 else "-inf" if v < 0 else "nan")
+        return str(v)
+    if e.op == "cast":
+        return f"(cast {e.dtype} {_text(e.args[0])})"
+    return "(" + " ".join([e.op] + [_text(a) for a in e.args]) + ")"
+
+
+@functools.lru_cache(maxsize=4096)
+def _leaves(e: Expr) -> frozenset:
+    if e.op in LEAVES:
+        return frozenset([e.op])
+    out: frozenset = frozenset()
+    for a in e.args:
+        out |= _leaves(a)
+    return out
+
+
+# --------------------------------------------------------------------------- parsing
+
+def _tokens(s: str) -> list[str]:
+    return s.replace("(", " ( ").replace(")", " ) ").split()
+
+
+@functools.lru_cache(maxsize=1024)
+def parse(text: str) -> Expr:
+    """Inverse of ``str(expr)``."""
+    toks = _tokens(text)
+    pos = 0
+
+    def atom(t: str) -> Expr:
+        if t in LEAVES:
+            return Expr(t)
+        if t in ("true", "false"):
+            return Expr.const(t == "true")
+        if t in ("inf", "-inf", "nan"):
+            return Expr.const(float(t))
+        try:
+            return Expr.const(int(t))
+        except ValueError:
+            pass
+        try:
+            return Expr.const(float(t))
+        except ValueError:
+            raise ValueError(f"bad token {t!r} in score expression {text!r}") from None
+
+    def node() -> Expr:
+        nonlocal pos
+        t = toks[pos]
+        pos += 1
+        if t != "(":
+            return atom(t)
+        op = toks[pos]
+        pos += 1
+        if op == "cast":
+            dtype = toks[pos]
+            pos += 1
+            arg = node()
+            e = Expr("cast", (arg,), dtype=dtype)
+        else:
+            args = []
+            while toks[pos] != ")":
+                args.append(node())
+            e = Expr(op, tuple(args))
+        if toks[pos] != ")":
+            raise ValueError(f"unbalanced score expression {text!r}")
+        pos += 1
+        return e
+
+    e = node()
+    if pos != len(toks):
+        raise ValueError(f"trailing tokens in score expression {text!r}")
+    return e
+
+
+# --------------------------------------------------------------------------- evaluation
+
+_UNARY_FNS: dict[str, Callable] = {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log, "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt, "not": torch.logical_not,
+}
+_BINARY_FNS: dict[str, Callable] = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.true_divide, "pow": torch.pow,
+    "min": torch.minimum, "max": torch.maximum, "rem": torch.remainder, "floordiv": torch.floor_divide,
+    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+    "and": torch.logical_and, "or": torch.logical_or,
+}
+
+
+def evaluate(e: Expr, env: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Evaluate with torch; ``env`` maps the leaves used to (broadcastable) tensors."""
+    memo: dict[int, torch.Tensor] = {}
+
+    def ev(x: Expr):
+        key = id(x)
+        if key in memo:
+            return memo[key]
+        if x.op in LEAVES:
+            r = env[x.op]
+        elif x.op == "const":
+            r = x.value
+        elif x.op == "cast":
+            a = ev(x.args[0])
+            r = a.to(getattr(torch, x.dtype)) if isinstance(a, torch.Tensor) else a
+        elif x.op in _UNARY_FNS:
+            r = _UNARY_FNS[x.op](_as_tensor(ev(x.args[0])))
+        elif x.op in _BINARY_FNS:
+            a, b = ev(x.args[0]), ev(x.args[1])
+            if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+                a = _as_tensor(a)
+            if x.op in ("min", "max"):
+                a, b = _as_tensor(a), _as_tensor(b, like=a)
+            if not isinstance(a, torch.Tensor):  # python-number first operand
+                a = torch.as_tensor(a, device=b.device)
+            r = _BINARY_FNS[x.op](a, b)
+        elif x.op == "where":
+            c, a, b = (ev(y) for y in x.args)
+            r = torch.where(c, a, b)
+        else:
+            raise ValueError(f"unknown op {x.op!r}")
+        memo[key] = r
+        return r
+
+    out = ev(e)
+    return _as_tensor(out)
+
+
+def _as_tensor(v, like: torch.Tensor | None = None) -> torch.Tensor:
+    if isinstance(v, torch.Tensor):
+        return v
+    if like is not None:
+        return torch.full((), v, dtype=like.dtype, device=like.device)
+    return torch.as_tensor(v)
+
+
+# --------------------------------------------------------------------------- derivative
+
+def _c(v: Const) -> Expr:
+    return Expr.const(v)
+
+
+def add(a: Expr, b: Expr) -> Expr:
+    if a.is_const(0) or a.is_const(0.0):
+        return b
+    if b.is_const(0) or b.is_const(0.0):
+        return a
+    return Expr("add", (a, b))
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    for x, y in ((a, b), (b, a)):
+        if x.is_const(0) or x.is_const(0.0):
+            return _c(0.0)
+        if x.is_const(1) or x.is_const(1.0):
+            return y
+    return Expr("mul", (a, b))
+
+
+def neg(a: Expr) -> Expr:
+    if a.op == "const" and isinstance(a.value, (int, float)) and not isinstance(a.value, bool):
+        return _c(-a.value)
+    return Expr("neg", (a,))
+
+
+def sub(a: Expr, b: Expr) -> Expr:
+    if b.is_const(0) or b.is_const(0.0):
+        return a
+    if a.is_const(0) or a.is_const(0.0):
+        return neg(b)
+    return Expr("sub", (a, b))
+
+
+def div(a: Expr, b: Expr) -> Expr:
+    if a.is_const(0) or a.is_const(0.0):
+        return _c(0.0)
+    if b.is_const(1) or b.is_const(1.0):
+        return a
+    return Expr("div", (a, b))
+
+
+class NotDifferentiable(ValueError):
+    pass
+
+
+def derivative(e: Expr, wrt: str = "score") -> Expr:
+    """d(e)/d(wrt), as an Expr (0.0 when e does not depend on ``wrt``)."""
+    memo: dict[Expr, Expr] = {}
+
+    def d(x: Expr) -> Expr:
+        if x in memo:
+            return memo[x]
+        r = _d(x)
+        memo[x] = r
+        return r
+
+    def _d(x: Expr) -> Expr:
+        if wrt not in x.leaves():
+            return _c(0.0)
+        op, a = x.op, x.args
+        if op == wrt:
+            return _c(1.0)
+        if op == "cast":
+            if x.dtype in ("float32", "float64", "float16", "bfloat16"):
+                return d(a[0])
+            return _c(0.0)  # integer / bool casts are piecewise constant
+        if op in COMPARISONS or op in LOGICAL:
+            return _c(0.0)
+        if op == "add":
+            return add(d(a[0]), d(a[1]))
+        if op == "sub":
+            return sub(d(a[0]), d(a[1]))
+        if op == "neg":
+            return neg(d(a[0]))
+        if op == "mul":
+            return add(mul(d(a[0]), a[1]), mul(a[0], d(a[1])))
+        if op == "div":
+            # (u/v)' = u'/v - u v' / v^2
+            return sub(div(d(a[0]), a[1]), div(mul(a[0], d(a[1])), mul(a[1], a[1])))
+        if op == "pow":
+            if wrt in a[1].leaves():
+                raise NotDifferentiable("pow with a score-dependent exponent")
+            n = a[1]
+            return mul(mul(n, Expr("pow", (a[0], sub(n, _c(1.0))))), d(a[0]))
+        if op == "exp":
+            return mul(x, d(a[0]))
+        if op == "log":
+            return div(d(a[0]), a[0])
+        if op == "tanh":
+            return mul(sub(_c(1.0), mul(x, x)), d(a[0]))
+        if op == "sigmoid":
+            return mul(mul(x, sub(_c(1.0), x)), d(a[0]))
+        if op == "sin":
+            return mul(Expr("cos", (a[0],)), d(a[0]))
+        if op == "cos":
+            return mul(neg(Expr("sin", (a[0],))), d(a[0]))
+        if op == "tan":
+            return mul(add(_c(1.0), mul(x, x)), d(a[0]))
+        if op == "sqrt":
+            return div(d(a[0]), mul(_c(2.0), x))
+        if op == "rsqrt":
+            return mul(mul(_c(-0.5), div(x, a[0])), d(a[0]))
+        if op == "abs":
+            sign = Expr("where", (Expr("lt", (a[0], _c(0.0))), _c(-1.0), _c(1.0)))
+            return mul(sign, d(a[0]))
+        if op in ("min", "max"):
+            cmp = "le" if op == "min" else "ge"
+            return Expr("where", (Expr(cmp, (a[0], a[1])), d(a[0]), d(a[1])))
+        if op == "where":
+            return Expr("where", (a[0], d(a[1]), d(a[2])))
+        if op in ("rem", "floordiv"):
+            if op == "rem":
+                return d(a[0])  # d/dx (x mod c) = 1 almost everywhere
+            return _c(0.0)
+        raise NotDifferentiable(f"no derivative rule for {op!r}")
+
+    return d(e)
