@@ -144,3 +144,22 @@ def test_text_round_trip_keeps_constant_types():
     assert str(e) == "(add (mul score 1.0) (cast float32 (add h 1)))"
     assert ir.parse("true") != ir.parse("1") != ir.parse("1.0")
     assert math.isinf(ir.parse("-inf").value)
+
+
+def test_flex_sites_are_reported_with_their_expressions():
+    import te_compile
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    bm = create_block_mask(MASK_MODS["causal"], 1, 1, L, S, device="cpu")
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, score_mod=SCORE_MODS["softcap"], block_mask=bm)
+
+    q = torch.randn(1, H, L, 8)
+    report = te_compile.explain(fn, q, q, q, target="reference")
+    (d,) = report.decisions
+    assert d.site.kind == "flex" and d.target == "kept"
+    assert d.mask == "mask_mod (ge q_idx kv_idx)"
+    assert d.reason == ("flex_attention is not served by te_compile yet (score_mod (mul (tanh (div score 30.0)) "
+                        "30.0)); Inductor compiles it")
+    assert "flex_attention" in report.code()

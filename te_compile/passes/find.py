@@ -1,7 +1,8 @@
 """Locate attention calls in a Dynamo FX graph and normalize their arguments.
 
 A site is one ``F.scaled_dot_product_attention`` call (``torch._C._nn`` spelling, the same
-object) or one ``torch.ops.higher_order.flex_attention`` HOP. Arguments are normalized with
+object) or one ``torch.ops.higher_order.flex_attention`` HOP (also what a nested
+``torch.compile(flex_attention)`` becomes). Arguments are normalized with
 the schema, so positional and keyword spellings give the same ``AttentionSite``.
 """
 
@@ -33,6 +34,11 @@ class AttentionSite:
     scale: Any = None  # as written (None = default)
     enable_gqa: Any = False
     problem: Optional[str] = None  # set when the arguments could not be read
+    # flex only: the score_mod / mask_mod subgraphs and the tensors they capture
+    score_mod: Optional[Any] = None
+    mask_mod: Optional[Any] = None
+    score_buffers: tuple = ()
+    mask_buffers: tuple = ()
 
     @property
     def name(self) -> str:
@@ -44,7 +50,9 @@ class AttentionSite:
         lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip().startswith("File ")]
         if not lines:
             return ""
-        last = lines[-1]  # 'File "/path/x.py", line 12, in forward'
+        # the innermost frame of user code: skip frames inside torch itself (flex_attention's wrapper)
+        user = [ln for ln in lines if "/torch/" not in ln.split('"')[1 if '"' in ln else 0]]
+        last = (user or lines)[-1]  # 'File "/path/x.py", line 12, in forward'
         try:
             path = last.split('"')[1]
             rest = last.split('"', 2)[2]  # ', line 12, in forward'
@@ -81,6 +89,34 @@ def _sdpa_site(n: Node) -> AttentionSite:
     )
 
 
+def is_flex(n: Node) -> bool:
+    return n.op == "call_function" and n.target is torch.ops.higher_order.flex_attention
+
+
+def _flex_site(n: Node) -> AttentionSite:
+    """flex HOP args: (q, k, v, score_mod, block_mask tuple, scale, kernel_options, score buffers,
+    mask buffers). The block-mask tuple has 13 entries on torch 2.11 and 17 on 2.13: mask_mod is
+    always the last one."""
+    q, k, v, score_ref, block_mask, scale = n.args[:6]
+    sbufs = tuple(n.args[7]) if len(n.args) > 7 else ()
+    mbufs = tuple(n.args[8]) if len(n.args) > 8 else ()
+    site = AttentionSite(node=n, kind="flex", q=q, k=k, v=v, scale=scale,
+                         score_buffers=sbufs, mask_buffers=mbufs)
+    gm = n.graph.owning_module
+    try:
+        site.score_mod = getattr(gm, score_ref.target)
+        site.mask_mod = getattr(gm, block_mask[-1].target)
+    except (AttributeError, IndexError, TypeError):
+        site.problem = "could not read the flex_attention score_mod / mask_mod subgraphs"
+    return site
+
+
 def find_sites(graph: Graph) -> list[AttentionSite]:
     """All attention sites of ``graph``, in graph order."""
-    return [_sdpa_site(n) for n in graph.nodes if is_sdpa(n)]
+    sites = []
+    for n in graph.nodes:
+        if is_sdpa(n):
+            sites.append(_sdpa_site(n))
+        elif is_flex(n):
+            sites.append(_flex_site(n))
+    return sites

@@ -55,7 +55,7 @@ class Decision:
 
     @property
     def dbias(self) -> str:
-        if self.grads is None or self.mask in ("none", "causal"):
+        if self.grads is None or self.mask in ("none", "causal") or self.site.kind == "flex":
             return "-"
         if self.mask.startswith("bool"):
             return "no (bool mask)"
@@ -73,6 +73,8 @@ def _dtype(t: torch.Tensor) -> str:
 
 
 def describe_mask(site: AttentionSite) -> str:
+    if site.kind == "flex":
+        return "mask_mod"
     mask = example_value(site.attn_mask)
     if site.attn_mask is None:
         return "causal" if site.is_causal is True else "none"
@@ -93,6 +95,8 @@ def decide(site: AttentionSite, target: str = "auto", checker: Optional[Checker]
     mask_desc = describe_mask(site)
     if site.problem:
         return _keep(site, site.problem, mask=mask_desc)
+    if site.kind == "flex":
+        return _decide_flex(site)
     q, k, v = example_value(site.q), example_value(site.k), example_value(site.v)
     if q is None or k is None or v is None:
         return _keep(site, "q/k/v have no example values in the graph", mask=mask_desc)
@@ -149,6 +153,29 @@ def decide(site: AttentionSite, target: str = "auto", checker: Optional[Checker]
         if why:
             return _keep(site, why, **kw)
     return Decision(site=site, rewrite=True, reason="", target=impl, spec=spec, bias_conversion=conversion, **kw)
+
+
+def _flex_exprs(site: AttentionSite) -> tuple[str, str]:
+    """Readable score_mod and mask_mod (ScoreExpr text, or why they do not translate)."""
+    from .score_mod import translate
+
+    q = example_value(site.q)
+    dtype = q.dtype if q is not None else torch.float32
+    out = []
+    for kind, sub, bufs in (("score", site.score_mod, site.score_buffers), ("mask", site.mask_mod, site.mask_buffers)):
+        vals = [example_value(b) for b in bufs]
+        if any(v is None for v in vals):
+            out.append(f"{kind}_mod captures a non-tensor value")
+            continue
+        out.append(str(translate(sub, kind, dtype, vals)))
+    return out[0], out[1]
+
+
+def _decide_flex(site: AttentionSite) -> Decision:
+    """flex_attention is not served yet: keep it, and show what its score_mod / mask_mod are."""
+    score, mask = _flex_exprs(site)
+    return _keep(site, f"flex_attention is not served by te_compile yet (score_mod {score}); "
+                       "Inductor compiles it", mask=f"mask_mod {mask}", grads=site_grads(site))
 
 
 def apply(gm: GraphModule, decision: Decision) -> None:
