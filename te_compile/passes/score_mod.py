@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch.fx import GraphModule, Node
 
-from ..ir import Expr, parse  # noqa: F401  (parse re-exported for callers)
+from ..ir import Expr
 
 aten = torch.ops.aten
 
