@@ -64,12 +64,17 @@ MASK_MODS = {
 }
 
 
-@pytest.mark.parametrize("name", SCORE_MODS)
-def test_score_mod_translates_and_evaluates(name):
-    fn = SCORE_MODS[name]
+def _score_expr(fn):
     sub, _ = _subgraphs(score_mod=fn)
     expr = translate(sub, "score", torch.float32)
     assert isinstance(expr, ir.Expr), expr
+    return expr
+
+
+@pytest.mark.parametrize("name", SCORE_MODS)
+def test_score_mod_translates_and_evaluates(name):
+    fn = SCORE_MODS[name]
+    expr = _score_expr(fn)
     assert ir.parse(str(expr)) == expr
     env = _grids()
     want = fn(env["score"], env["b"], env["h"], env["q_idx"], env["kv_idx"])
@@ -79,9 +84,7 @@ def test_score_mod_translates_and_evaluates(name):
 
 @pytest.mark.parametrize("name", SCORE_MODS)
 def test_derivative_matches_autograd(name):
-    fn = SCORE_MODS[name]
-    sub, _ = _subgraphs(score_mod=fn)
-    expr = translate(sub, "score", torch.float32)
+    expr = _score_expr(SCORE_MODS[name])
     env = _grids()
     score = env["score"].clone().requires_grad_()
     out = ir.evaluate(expr, {**env, "score": score})
