@@ -23,10 +23,15 @@ from typing import Callable, Union
 import torch
 
 LEAVES = ("score", "b", "h", "q_idx", "kv_idx")
+#: ``(in i)``: the i-th extra input, a [B|1, H|1, 1, 1] float32 tensor computed by torch from a
+#: sub-expression of (b, h, captured tensors) only; ``(buf i)``: the i-th captured tensor, only
+#: ever read through ``(index (buf i) idx...)`` inside such a sub-expression.
+REFS = ("in", "buf")
 UNARY = ("neg", "abs", "exp", "log", "tanh", "sigmoid", "sin", "cos", "tan", "sqrt", "rsqrt", "not")
 BINARY = ("add", "sub", "mul", "div", "pow", "min", "max", "rem", "floordiv",
           "eq", "ne", "lt", "le", "gt", "ge", "and", "or")
 TERNARY = ("where",)
+GATHER = ("index",)
 CASTS = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "bool")
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 LOGICAL = ("and", "or", "not")
@@ -50,6 +55,12 @@ class Expr:
         if name not in LEAVES:
             raise ValueError(f"unknown leaf {name!r}")
         return Expr(name)
+
+    @staticmethod
+    def ref(kind: str, i: int) -> "Expr":
+        if kind not in REFS:
+            raise ValueError(f"unknown reference {kind!r}")
+        return Expr(kind, value=int(i), dtype="int")
 
     @staticmethod
     def const(v: Const) -> "Expr":
@@ -80,6 +91,8 @@ def _text(e: Expr) -> str:
         return str(v)
     if e.op == "cast":
         return f"(cast {e.dtype} {_text(e.args[0])})"
+    if e.op in REFS:
+        return f"({e.op} {e.value})"
     return "(" + " ".join([e.op] + [_text(a) for a in e.args]) + ")"
 
 
@@ -134,6 +147,9 @@ def parse(text: str) -> Expr:
             pos += 1
             arg = node()
             e = Expr("cast", (arg,), dtype=dtype)
+        elif op in REFS:
+            e = Expr.ref(op, int(toks[pos]))
+            pos += 1
         else:
             args = []
             while toks[pos] != ")":
@@ -175,6 +191,14 @@ def evaluate(e: Expr, env: dict[str, torch.Tensor]) -> torch.Tensor:
             return memo[key]
         if x.op in LEAVES:
             r = env[x.op]
+        elif x.op == "in":
+            r = env["inputs"][x.value]
+        elif x.op == "buf":
+            r = env["bufs"][x.value]
+        elif x.op == "index":
+            base = ev(x.args[0])
+            idx = [_as_tensor(ev(a)).long() for a in x.args[1:]]
+            r = base[tuple(idx)]
         elif x.op == "const":
             r = x.value
         elif x.op == "cast":
@@ -332,3 +356,87 @@ def derivative(e: Expr, wrt: str = "score") -> Expr:
         raise NotDifferentiable(f"no derivative rule for {op!r}")
 
     return d(e)
+
+
+# --------------------------------------------------------------------------- types and (b, h) terms
+
+def kind_of(e: Expr, score_kind: str = "float") -> str:
+    """"bool" | "int" | "float": the torch result category of ``e`` (score is float)."""
+    return _kind(e, score_kind)
+
+
+@functools.lru_cache(maxsize=4096)
+def _kind(e: Expr, score_kind: str) -> str:
+    op = e.op
+    if op == "score":
+        return score_kind
+    if op in ("b", "h", "q_idx", "kv_idx"):
+        return "int"
+    if op == "in":
+        return "float"
+    if op == "buf":
+        return "float"
+    if op == "index":
+        return "float"
+    if op == "const":
+        return e.dtype or "float"
+    if op == "cast":
+        return "bool" if e.dtype == "bool" else ("int" if e.dtype.startswith("int") else "float")
+    if op in COMPARISONS or op in LOGICAL:
+        return "bool"
+    kinds = [_kind(a, score_kind) for a in e.args[1:] if op == "where"] or [_kind(a, score_kind) for a in e.args]
+    if op in ("div", "exp", "log", "tanh", "sigmoid", "sin", "cos", "tan", "sqrt", "rsqrt"):
+        return "float"
+    if "float" in kinds:
+        return "float"
+    if all(k == "bool" for k in kinds) and op in ("where",):
+        return "bool"
+    return "int"
+
+
+def is_bh_term(e: Expr) -> bool:
+    """True if ``e`` depends only on b, h and captured tensors (and does depend on one of them)."""
+    leaves = e.leaves()
+    refs = _has_ref(e, "buf")
+    if leaves - {"b", "h"}:
+        return False
+    return bool(leaves) or refs
+
+
+@functools.lru_cache(maxsize=4096)
+def _has_ref(e: Expr, kind: str) -> bool:
+    return e.op == kind or any(_has_ref(a, kind) for a in e.args)
+
+
+class NotPointwise(ValueError):
+    pass
+
+
+def extract_bh_terms(*exprs: Expr) -> tuple[list[Expr], list[Expr]]:
+    """Replace every maximal (b, h, captured)-only sub-expression by ``(in i)``.
+
+    Returns the rewritten expressions (numbered jointly) and the extracted terms (torch computes term i into
+    extra input i). A bool term is computed as 0/1 and read back as ``(ne (in i) 0.0)``.
+    Raises NotPointwise if a captured tensor is still read outside such a term (a gather by
+    q_idx / kv_idx, which is not pointwise).
+    """
+    terms: list[Expr] = []
+    index: dict[Expr, int] = {}
+
+    def walk(x: Expr) -> Expr:
+        if x.op == "const" or x.op in ("score", "q_idx", "kv_idx"):
+            return x
+        if is_bh_term(x):
+            if x not in index:
+                index[x] = len(terms)
+                terms.append(x)
+            ref = Expr.ref("in", index[x])
+            return Expr("ne", (ref, Expr.const(0.0))) if kind_of(x) == "bool" else ref
+        if x.op in ("buf", "index"):
+            raise NotPointwise("reads a captured tensor at an index that depends on q_idx / kv_idx "
+                               "(a gather, not pointwise in cuDNN)")
+        if not x.args:
+            return x
+        return Expr(x.op, tuple(walk(a) for a in x.args), value=x.value, dtype=x.dtype)
+
+    return [walk(e) for e in exprs], terms

@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import reference
+from . import ir, reference
 from .layout import empty_like_layout, like_layout_strides
 from .spec import AttentionSpec
 
@@ -49,20 +49,43 @@ def _warn_fallback(spec_key: str, direction: str, why: str) -> None:
     warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
-def _check_extra(extra: list[Tensor]) -> None:
-    if extra:
-        raise NotImplementedError("te_compile: captured score_mod tensors are not supported yet")
-
-
 # --------------------------------------------------------------------------- forward
 
 @torch.library.custom_op("te_compile::attn_fwd", mutates_args=())
 def attn_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], extra: list[Tensor],
              spec: str) -> tuple[Tensor, Tensor]:
     """Attention forward (reference kernel; CUDA has its own registration)."""
-    _check_extra(extra)
-    out, lse = reference.attention_forward(q, k, v, bias, AttentionSpec.from_key(spec))
+    s = AttentionSpec.from_key(spec)
+    inputs = _inputs(s, q, k, extra)
+    out, lse = reference.attention_forward(q, k, v, bias, s, inputs)
     return _place_out(out, q, v), lse.to(_lse_dtype(q)).contiguous()
+
+
+def _inputs(spec: AttentionSpec, q: Tensor, k: Tensor, extra: list[Tensor]) -> list[Tensor]:
+    """The ``(in i)`` inputs of ``extra``; checks the BlockMask tensors that follow them, if any."""
+    inputs = list(extra[: spec.n_inputs])
+    if spec.block:
+        _check_block_mask(spec, q, k, inputs, list(extra[spec.n_inputs:]))
+    return inputs
+
+
+def _check_block_mask(spec: AttentionSpec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Tensor]) -> None:
+    from . import blockmask
+
+    qb, kb, has_full = (int(x) for x in spec.block.split(","))
+    kv_num, kv_idx = block[0], block[1]
+    full_num, full_idx = (block[2], block[3]) if has_full else (None, None)
+    B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    mask = spec.mask_expr() or ir.Expr.const(True)
+    why = blockmask.verified.check(
+        block + inputs, (B, H, L, S, qb, kb, spec.mask_mod),
+        lambda: blockmask.mismatch(mask, inputs, B, H, L, S, qb, kb, kv_num, kv_idx, full_num, full_idx, q.device))
+    if why:
+        raise RuntimeError(
+            "te_compile: the BlockMask given to flex_attention was not built by create_block_mask from its "
+            f"mask_mod ({why}). Compiled flex_attention honours the block structure, te_compile applies "
+            "mask_mod element-wise, so it refuses to run rather than give a different answer. Build the mask "
+            "with create_block_mask(mask_mod, ...), or compile this model without te_compile.")
 
 
 def _lse_dtype(q: Tensor) -> torch.dtype:
@@ -88,15 +111,15 @@ def _attn_fwd_fake(q, k, v, bias, extra, spec):
 
 @attn_fwd.register_kernel("cuda")
 def _attn_fwd_cuda(q, k, v, bias, extra, spec):
-    _check_extra(extra)
     s = AttentionSpec.from_key(spec)
+    inputs = _inputs(s, q, k, extra)
     if s.impl == "cudnn":
         from .cudnn import graphs
         try:
-            return graphs.forward(q, k, v, bias, s)
+            return graphs.forward(q, k, v, bias, s, inputs)
         except graphs.Unsupported as e:
             _warn_fallback(spec, "forward", str(e))
-    out, lse = reference.attention_forward(q, k, v, bias, s)
+    out, lse = reference.attention_forward(q, k, v, bias, s, inputs)
     return _place_out(out, q, v), lse.to(_lse_dtype(q)).contiguous()
 
 
@@ -107,9 +130,8 @@ def attn_bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
              bias: Optional[Tensor], extra: list[Tensor], spec: str,
              need_dbias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Attention backward (reference kernel; CUDA has its own registration)."""
-    _check_extra(extra)
-    grads = reference.attention_backward(dout, q, k, v, out, lse, bias,
-                                         AttentionSpec.from_key(spec), need_dbias)
+    s = AttentionSpec.from_key(spec)
+    grads = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, extra[: s.n_inputs])
     return _place_grads(grads, q, k, v, bias, need_dbias)
 
 
@@ -143,15 +165,15 @@ def _attn_bwd_fake(dout, q, k, v, out, lse, bias, extra, spec, need_dbias):
 
 @attn_bwd.register_kernel("cuda")
 def _attn_bwd_cuda(dout, q, k, v, out, lse, bias, extra, spec, need_dbias):
-    _check_extra(extra)
     s = AttentionSpec.from_key(spec)
+    inputs = list(extra[: s.n_inputs])
     if s.impl == "cudnn":
         from .cudnn import graphs
         try:
-            return graphs.backward(dout, q, k, v, out, lse, bias, s, need_dbias)
+            return graphs.backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs)
         except graphs.Unsupported as e:
             _warn_fallback(spec, "backward", str(e))
-    grads = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias)
+    grads = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs)
     return _place_grads(grads, q, k, v, bias, need_dbias)
 
 
@@ -160,17 +182,20 @@ def _attn_bwd_cuda(dout, q, k, v, out, lse, bias, extra, spec, need_dbias):
 def _setup_context(ctx, inputs, output):
     q, k, v, bias, extra, spec = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, bias)
+    ctx.save_for_backward(q, k, v, out, lse, bias, *extra)
     ctx.spec = spec
     ctx.n_extra = len(extra)
     ctx.mark_non_differentiable(lse)
 
 
 def _backward(ctx, dout, _dlse):
-    q, k, v, out, lse, bias = ctx.saved_tensors
+    q, k, v, out, lse, bias, *extra = ctx.saved_tensors
     nig = ctx.needs_input_grad
+    if any(nig[4]):
+        # the rewrite keeps such sites; never hand back a silent zero/None gradient
+        raise RuntimeError("te_compile: gradients for captured score_mod tensors are not supported")
     need_dbias = bias is not None and bool(nig[3])
-    dq, dk, dv, dbias = attn_bwd(dout, q, k, v, out, lse, bias, [], ctx.spec, need_dbias)
+    dq, dk, dv, dbias = attn_bwd(dout, q, k, v, out, lse, bias, list(extra), ctx.spec, need_dbias)
     return (dq if nig[0] else None, dk if nig[1] else None, dv if nig[2] else None,
             dbias if need_dbias else None, [None] * ctx.n_extra, None)
 
@@ -186,4 +211,19 @@ def mask_to_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.where(mask, 0.0, float("-inf")).to(dtype)
 
 
-__all__ = ["attn_fwd", "attn_bwd", "mask_to_bias", "like_layout_strides"]
+def bh_input(q: Tensor, term: str, *bufs: Tensor) -> Tensor:
+    """A flex score_mod/mask_mod term of (b, h, captured tensors) only, as a [B|1, H|1, 1, 1] float32
+    extra input of the op (cuDNN cannot evaluate head-indexed expressions itself).
+
+    Inserted into the graph by the rewrite pass; runs as ordinary torch ops, so it is exact.
+    """
+    env = {"b": torch.arange(q.shape[0], device=q.device, dtype=torch.int32).view(-1, 1, 1, 1),
+           "h": torch.arange(q.shape[1], device=q.device, dtype=torch.int32).view(1, -1, 1, 1),
+           "bufs": list(bufs)}
+    r = ir.evaluate(ir.parse(term), env).to(torch.float32)
+    while r.dim() < 4:
+        r = r.unsqueeze(0)
+    return r.contiguous()
+
+
+__all__ = ["attn_fwd", "attn_bwd", "mask_to_bias", "bh_input", "like_layout_strides"]

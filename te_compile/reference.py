@@ -15,11 +15,12 @@ The backward is written out (it runs below autograd inside a custom op, where
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
 
+from . import ir
 from .spec import AttentionSpec
 
 
@@ -34,12 +35,44 @@ def _expand_kv(t: Tensor, hq: int) -> Tensor:
     return t.repeat_interleave(hq // hk, dim=1)
 
 
-def _scores(q: Tensor, k: Tensor, bias: Optional[Tensor], spec: AttentionSpec) -> Tensor:
-    """Masked, biased, scaled scores [B, Hq, L, S] in the compute dtype (-inf where masked)."""
+def index_env(q: Tensor, k: Tensor, extra: Sequence[Tensor] = ()) -> dict:
+    """ScoreExpr leaves as broadcastable int32 grids over [B, Hq, L, S], plus the extra inputs."""
+    B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+
+    def grid(n: int, dim: int) -> Tensor:
+        shape = [1, 1, 1, 1]
+        shape[dim] = n
+        return torch.arange(n, dtype=torch.int32, device=q.device).view(shape)
+    return {"b": grid(B, 0), "h": grid(H, 1), "q_idx": grid(L, 2), "kv_idx": grid(S, 3), "inputs": list(extra)}
+
+
+def _raw_scores(q: Tensor, k: Tensor, spec: AttentionSpec) -> Tensor:
     ct = compute_dtype(q.dtype)
-    s = torch.matmul(q.to(ct), _expand_kv(k, q.shape[1]).to(ct).transpose(-2, -1)) * spec.scale_for(q.shape[-1])
+    return torch.matmul(q.to(ct), _expand_kv(k, q.shape[1]).to(ct).transpose(-2, -1)) * spec.scale_for(q.shape[-1])
+
+
+def _modified(s: Tensor, env: dict, spec: AttentionSpec) -> Tensor:
+    e = spec.score_expr()
+    if e is None:
+        return s
+    return ir.evaluate(e, {**env, "score": s}).to(s.dtype).expand_as(s)
+
+
+def _scores(q: Tensor, k: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
+            extra: Sequence[Tensor] = ()) -> Tensor:
+    """Masked, biased, modified, scaled scores [B, Hq, L, S] in the compute dtype (-inf where masked).
+
+    Order as in cuDNN and flex: scale, score_mod, + bias, masks (mask_mod after score_mod)."""
+    ct = compute_dtype(q.dtype)
+    s = _raw_scores(q, k, spec)
+    if spec.score or spec.mask_mod:
+        env = index_env(q, k, extra)
+        s = _modified(s, env, spec)
     if bias is not None:
         s = s + bias.to(ct)
+    if spec.mask_mod:
+        keep = ir.evaluate(spec.mask_expr(), env).to(torch.bool)
+        s = s.masked_fill(~keep, float("-inf"))
     if spec.is_causal:
         L, S = s.shape[-2:]
         keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril()
@@ -55,9 +88,9 @@ def _probs(s: Tensor, lse: Tensor) -> Tensor:
 
 
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
-                      spec: AttentionSpec) -> tuple[Tensor, Tensor]:
+                      spec: AttentionSpec, extra: Sequence[Tensor] = ()) -> tuple[Tensor, Tensor]:
     """(out [B, Hq, L, Ev] in q's dtype, lse [B, Hq, L] in the compute dtype)."""
-    s = _scores(q, k, bias, spec)
+    s = _scores(q, k, bias, spec, extra)
     lse = torch.logsumexp(s, dim=-1)  # -inf for fully-masked rows
     p = _probs(s, lse)
     out = torch.matmul(p, _expand_kv(v, q.shape[1]).to(p.dtype))
@@ -73,22 +106,29 @@ def _reduce_heads(g: Tensor, hk: int) -> Tensor:
 
 
 def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                       bias: Optional[Tensor], spec: AttentionSpec,
-                       need_dbias: bool) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+                       bias: Optional[Tensor], spec: AttentionSpec, need_dbias: bool,
+                       extra: Sequence[Tensor] = ()) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
     """(dq, dk, dv, dbias or None); dbias has bias's own (broadcast) shape."""
     ct = compute_dtype(q.dtype)
     hq, hk = q.shape[1], k.shape[1]
     scale = spec.scale_for(q.shape[-1])
-    s = _scores(q, k, bias, spec)
+    s = _scores(q, k, bias, spec, extra)
     p = _probs(s, lse.to(ct))
     do = dout.to(ct)
     dv = _reduce_heads(torch.matmul(p.transpose(-2, -1), do), hk)
     dp = torch.matmul(do, _expand_kv(v, hq).to(ct).transpose(-2, -1))
     delta = (do * out.to(ct)).sum(dim=-1, keepdim=True)
-    ds = p * (dp - delta)
+    ds = p * (dp - delta)  # d loss / d (modified, biased score)
+    dbias_src = ds
+    if spec.score:
+        # chain rule through score_mod: d/d(raw score) = ds * f'(raw score); masked entries have
+        # ds == 0 exactly, where f' may be inf/nan (e.g. at -inf) and must not leak
+        env = {**index_env(q, k, extra), "score": _raw_scores(q, k, spec)}
+        fprime = ir.evaluate(ir.derivative(spec.score_expr()), env).to(ct)
+        ds = torch.where(ds == 0, torch.zeros_like(ds), ds * fprime)
     dq = torch.matmul(ds, _expand_kv(k, hq).to(ct)) * scale
     dk = _reduce_heads(torch.matmul(ds.transpose(-2, -1), q.to(ct)) * scale, hk)
     dbias = None
     if need_dbias and bias is not None:
-        dbias = ds.sum_to_size(bias.shape).to(bias.dtype)
+        dbias = dbias_src.sum_to_size(bias.shape).to(bias.dtype)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dbias

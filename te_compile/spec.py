@@ -39,6 +39,16 @@ class AttentionSpec:
     impl: str = "cudnn"
     #: where the call came from, for messages only ("sdpa" or "flex")
     source: str = "sdpa"
+    #: flex score_mod as ScoreExpr text (te_compile.ir), "" = identity. It may read the op's
+    #: extra inputs as ``(in i)``: [B|1, H|1, 1, 1] float32 terms of (b, h, captured tensors).
+    score: str = ""
+    #: flex mask_mod as ScoreExpr text (bool), "" = no mask; applied after score_mod
+    mask_mod: str = ""
+    #: how many of the op's extra tensors are ``(in i)`` inputs (the rest are BlockMask tensors)
+    n_inputs: int = 0
+    #: "QB,KB,F": the op also receives the BlockMask (kv_num_blocks, kv_indices[, full_kv_num_blocks,
+    #: full_kv_indices] when F=1) and checks once per BlockMask that mask_mod explains it; "" = none
+    block: str = ""
 
     def __post_init__(self) -> None:
         if self.mask not in MASK_KINDS:
@@ -56,20 +66,40 @@ class AttentionSpec:
         return self.mask == "causal"
 
     def key(self) -> str:
-        """Canonical string form; ``AttentionSpec.from_key(s.key()) == s``."""
-        return json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+        """Canonical string form; ``AttentionSpec.from_key(s.key()) == s``.
+
+        Fields at their default are left out (except scale, mask, impl and source), so SDPA keys
+        stay short and adding a field later does not change existing keys."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name in _ALWAYS or getattr(self, f.name) != f.default}
+        return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
     @staticmethod
     def from_key(key: str) -> "AttentionSpec":
         return _parse(key)
 
+    def score_expr(self):
+        from .ir import parse
+        return parse(self.score) if self.score else None
+
+    def mask_expr(self):
+        from .ir import parse
+        return parse(self.mask_mod) if self.mask_mod else None
+
     def describe(self) -> str:
         """Short human-readable form for reports and warnings."""
         scale = "default" if self.scale is None else f"{self.scale:.6g}"
         parts = [f"mask={self.mask}", f"scale={scale}"]
+        if self.score:
+            parts.append(f"score_mod={self.score}")
+        if self.mask_mod:
+            parts.append(f"mask_mod={self.mask_mod}")
         if self.impl != "cudnn":
             parts.append(f"impl={self.impl}")
         return ", ".join(parts)
+
+
+_ALWAYS = ("scale", "mask", "impl", "source")
 
 
 @functools.lru_cache(maxsize=1024)

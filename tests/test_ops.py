@@ -78,10 +78,29 @@ def test_no_dbias_requested_when_bias_frozen():
     assert bias.grad is None and q.grad is not None
 
 
-def test_extra_tensors_are_rejected_until_supported():
-    q, k, v, bias, spec = _args(CASES["plain"], rg=False)
-    with pytest.raises(NotImplementedError, match="captured score_mod tensors"):
-        torch.ops.te_compile.attn_fwd(q, k, v, None, [torch.ones(1)], spec)
+def test_score_expr_with_extra_input_and_opcheck():
+    from te_compile.ops import bh_input
+
+    q, k, v, _, _ = _args(CASES["plain"])
+    slopes = torch.rand(4, dtype=torch.float64)
+    inp = bh_input(q, "(index (buf 0) h)", slopes)
+    assert inp.shape == (1, 4, 1, 1) and inp.dtype == torch.float32
+    spec = AttentionSpec(scale=0.3, impl="reference", source="flex", n_inputs=1,
+                         score="(add score (mul (in 0) (sub kv_idx q_idx)))", mask_mod="(ge q_idx kv_idx)").key()
+    out = torch.ops.te_compile.attn_fwd(q, k, v, None, [inp.double()], spec)[0]
+    s = (q @ k.transpose(-1, -2)) * 0.3 + slopes.view(1, 4, 1, 1) * (torch.arange(6) - torch.arange(6).view(-1, 1))
+    s = s.masked_fill(~torch.ones(6, 6, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(out, torch.softmax(s, -1) @ v)
+    torch.library.opcheck(torch.ops.te_compile.attn_fwd.default, (q, k, v, None, [inp.double()], spec))
+
+
+def test_captured_tensor_grads_are_refused_not_dropped():
+    q, k, v, _, _ = _args(CASES["plain"])
+    extra = torch.rand(1, 4, 1, 1, dtype=torch.float64, requires_grad=True)
+    spec = AttentionSpec(scale=0.3, impl="reference", n_inputs=1, score="(mul score (in 0))").key()
+    out = torch.ops.te_compile.attn_fwd(q, k, v, None, [extra], spec)[0]
+    with pytest.raises(RuntimeError, match="captured score_mod tensors"):
+        out.sum().backward()
 
 
 def test_mask_to_bias():

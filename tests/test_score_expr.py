@@ -119,14 +119,19 @@ def test_readable_expressions():
     assert str(translate(sub, "score", torch.float32)) == "(add score (sub q_idx kv_idx))"
 
 
-def test_captured_tensors_are_a_reason_for_now():
+def test_captured_tensors_become_buffers_and_bh_terms():
     table = torch.randn(2 * L - 1)
     slopes = torch.rand(H)
-    sub, _ = _subgraphs(score_mod=lambda s, b, h, q, kv: s + table[q - kv + L - 1])
-    why = translate(sub, "score", torch.float32, [table])
-    assert isinstance(why, str) and "captures 1 tensor" in why
     sub, _ = _subgraphs(score_mod=lambda s, b, h, q, kv: s + slopes[h] * (kv - q))
-    assert "captures" in translate(sub, "score", torch.float32, [slopes])
+    expr = translate(sub, "score", torch.float32, [slopes])
+    assert str(expr) == "(add score (mul (index (buf 0) h) (sub kv_idx q_idx)))"
+    (rewritten,), terms = ir.extract_bh_terms(expr)
+    assert str(rewritten) == "(add score (mul (in 0) (sub kv_idx q_idx)))"
+    assert [str(t) for t in terms] == ["(index (buf 0) h)"]
+    sub, _ = _subgraphs(score_mod=lambda s, b, h, q, kv: s + table[q - kv + L - 1])
+    expr = translate(sub, "score", torch.float32, [table])
+    with pytest.raises(ir.NotPointwise, match="gather"):
+        ir.extract_bh_terms(expr)
 
 
 def test_unsupported_op_names_the_op():
@@ -147,22 +152,3 @@ def test_text_round_trip_keeps_constant_types():
     assert str(e) == "(add (mul score 1.0) (cast float32 (add h 1)))"
     assert ir.parse("true") != ir.parse("1") != ir.parse("1.0")
     assert math.isinf(ir.parse("-inf").value)
-
-
-def test_flex_sites_are_reported_with_their_expressions():
-    import te_compile
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    bm = create_block_mask(MASK_MODS["causal"], 1, 1, L, S, device="cpu")
-
-    def fn(q, k, v):
-        return flex_attention(q, k, v, score_mod=SCORE_MODS["softcap"], block_mask=bm)
-
-    q = torch.randn(1, H, L, 8)
-    report = te_compile.explain(fn, q, q, q, target="reference")
-    (d,) = report.decisions
-    assert d.site.kind == "flex" and d.target == "kept"
-    assert d.mask == "mask_mod (ge q_idx kv_idx)"
-    assert d.reason == ("flex_attention is not served by te_compile yet (score_mod (mul (tanh (div score 30.0)) "
-                        "30.0)); Inductor compiles it")
-    assert "flex_attention" in report.code()

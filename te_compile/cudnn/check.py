@@ -32,6 +32,11 @@ def _concrete(shape) -> Optional[tuple[int, ...]]:
 def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
           spec: AttentionSpec, needs_grad: bool, needs_dbias: bool) -> Optional[str]:
     """Reason cuDNN cannot serve this call, or None. Tensors may be fake."""
+    if spec.score or spec.mask_mod:
+        from .emit import unsupported_reason
+        why = unsupported_reason(spec)
+        if why:
+            return why
     if q.dtype not in SUPPORTED_DTYPES:
         return f"dtype {str(q.dtype).replace('torch.', '')}: cuDNN SDPA serves float16 and bfloat16 only"
     if k.dtype != q.dtype or v.dtype != q.dtype:

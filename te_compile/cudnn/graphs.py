@@ -236,7 +236,14 @@ def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
         raise Unsupported(f"query heads {q.shape[1]} not a multiple of kv heads {k.shape[1]}")
 
 
-def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec) -> tuple[Tensor, Tensor]:
+def _check_spec(spec: AttentionSpec, extra) -> None:
+    if spec.score or spec.mask_mod or extra:
+        raise Unsupported("score_mod / mask_mod are not emitted to cuDNN yet")
+
+
+def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
+            extra=()) -> tuple[Tensor, Tensor]:
+    _check_spec(spec, extra)
     io = _io_type(q, k, v, bias)
     _check_shapes(q, k, v)
     q, k, v = _operand(q), _operand(k), _operand(v)
@@ -263,7 +270,8 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
 
 
 def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
-             spec: AttentionSpec, need_dbias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+             spec: AttentionSpec, need_dbias: bool, extra=()) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    _check_spec(spec, extra)
     io = _io_type(q, k, v, bias, out, dout)
     _check_shapes(q, k, v)
     grad_strides = (like_layout_strides(q.shape, q), like_layout_strides(k.shape, k), like_layout_strides(v.shape, v))

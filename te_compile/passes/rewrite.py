@@ -25,7 +25,6 @@ from typing import Any, Callable, Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from .. import ops  # noqa: F401  (registers torch.ops.te_compile.*)
 from ..ops import mask_to_bias
 from ..spec import AttentionSpec
 from .find import AttentionSite, example_value, find_sites
@@ -48,6 +47,7 @@ class Decision:
     mask: str = "none"
     bias_conversion: Optional[str] = None  # "bool->bias" | "cast" | None
     replacement: Optional[str] = None  # name of the node that now carries the output
+    plan: Optional[dict] = None  # flex: what apply() inserts (terms, captured tensors, BlockMask nodes)
 
     @property
     def name(self) -> str:
@@ -96,7 +96,8 @@ def decide(site: AttentionSite, target: str = "auto", checker: Optional[Checker]
     if site.problem:
         return _keep(site, site.problem, mask=mask_desc)
     if site.kind == "flex":
-        return _decide_flex(site)
+        from .flex import decide_flex
+        return decide_flex(site, target, checker, _keep, Decision)
     q, k, v = example_value(site.q), example_value(site.k), example_value(site.v)
     if q is None or k is None or v is None:
         return _keep(site, "q/k/v have no example values in the graph", mask=mask_desc)
@@ -155,32 +156,13 @@ def decide(site: AttentionSite, target: str = "auto", checker: Optional[Checker]
     return Decision(site=site, rewrite=True, reason="", target=impl, spec=spec, bias_conversion=conversion, **kw)
 
 
-def _flex_exprs(site: AttentionSite) -> tuple[str, str]:
-    """Readable score_mod and mask_mod (ScoreExpr text, or why they do not translate)."""
-    from .score_mod import translate
-
-    q = example_value(site.q)
-    dtype = q.dtype if q is not None else torch.float32
-    out = []
-    for kind, sub, bufs in (("score", site.score_mod, site.score_buffers), ("mask", site.mask_mod, site.mask_buffers)):
-        vals = [example_value(b) for b in bufs]
-        if any(v is None for v in vals):
-            out.append(f"{kind}_mod captures a non-tensor value")
-            continue
-        out.append(str(translate(sub, kind, dtype, vals)))
-    return out[0], out[1]
-
-
-def _decide_flex(site: AttentionSite) -> Decision:
-    """flex_attention is not served yet: keep it, and show what its score_mod / mask_mod are."""
-    score, mask = _flex_exprs(site)
-    return _keep(site, f"flex_attention is not served by te_compile yet (score_mod {score}); "
-                       "Inductor compiles it", mask=f"mask_mod {mask}", grads=site_grads(site))
-
-
 def apply(gm: GraphModule, decision: Decision) -> None:
     """Replace the site's node by the te_compile op (only for ``decision.rewrite``)."""
     if not decision.rewrite:
+        return
+    if decision.site.kind == "flex":
+        from .flex import apply_flex
+        apply_flex(gm, decision)
         return
     site, spec = decision.site, decision.spec
     assert spec is not None

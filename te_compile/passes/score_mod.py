@@ -74,16 +74,15 @@ def _is_bool(n: Any) -> bool:
     return isinstance(n, bool) or (v is not None and v.dtype == torch.bool)
 
 
-def to_expr(gm: GraphModule, kind: str) -> Expr:
-    """Translate a canonical aten score_mod / mask_mod graph; raises Untranslatable."""
+def to_expr(gm: GraphModule, kind: str, buf_offset: int = 0) -> Expr:
+    """Translate a canonical aten score_mod / mask_mod graph; raises Untranslatable.
+
+    Captured tensors become ``(buf buf_offset + i)``."""
     names = SCORE_ARGS if kind == "score" else MASK_ARGS
     env: dict[Node, Expr] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) > len(names):
-        extra = len(placeholders) - len(names)
-        raise Untranslatable(f"captures {extra} tensor(s) (score_mod/mask_mod buffers are not supported yet)")
-    for n, name in zip(placeholders, names):
-        env[n] = Expr.leaf(name)
+    for i, n in enumerate(placeholders):
+        env[n] = Expr.leaf(names[i]) if i < len(names) else Expr.ref("buf", buf_offset + i - len(names))
 
     def arg(a: Any) -> Expr:
         if isinstance(a, Node):
@@ -180,19 +179,24 @@ def _translate(n: Node, arg) -> Expr:
         else:
             value = int(value)
         return Expr.const(value)
-    if t in (aten.index.Tensor, aten.gather.default, aten.index_select.default, operator.getitem):
+    if t == aten.index.Tensor:
+        base, idx = a[0], a[1]
+        if any(i is None for i in idx):
+            raise Untranslatable("index with slices")
+        return Expr("index", (arg(base), *(arg(i) for i in idx)))
+    if t in (aten.gather.default, aten.index_select.default, operator.getitem):
         raise Untranslatable(f"{_op_name(n)}: gathers from a tensor by index (not pointwise in cuDNN)")
     raise Untranslatable(f"{_op_name(n)} has no cuDNN pointwise equivalent in te_compile's table")
 
 
 def translate(sub: GraphModule, kind: str, score_dtype: torch.dtype,
-              buffers: Sequence[torch.Tensor] = ()) -> Union[Expr, str]:
+              buffers: Sequence[torch.Tensor] = (), buf_offset: int = 0) -> Union[Expr, str]:
     """The ScoreExpr of a score_mod/mask_mod subgraph, or the reason it cannot be translated."""
     try:
         gm = trace_canonical(sub, kind, score_dtype, buffers)
     except Exception as e:  # noqa: BLE001 - data-dependent control flow etc.: keep the node
         return f"could not trace the {kind}_mod to aten ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
     try:
-        return to_expr(gm, kind)
+        return to_expr(gm, kind, buf_offset)
     except Untranslatable as e:
         return f"{kind}_mod: {e}"

@@ -1,0 +1,108 @@
+"""Is a flex BlockMask exactly what ``create_block_mask(mask_mod)`` builds?
+
+te_compile applies a flex mask_mod element-wise (inside cuDNN or as native masks). Compiled
+flex instead honours the BlockMask's block structure: blocks that are not listed are skipped,
+"full" blocks skip mask_mod. Both agree exactly when the BlockMask was built by
+``create_block_mask`` from the same mask_mod (missing = all masked, full = all kept, partial =
+mixed; padding past the sequence end counts as masked). A hand-built BlockMask
+(``from_kv_blocks``, edited indices, another mask_mod) can differ, so te_compile checks.
+
+``mismatch(...)`` returns None when the structure matches, or a short description of the first
+difference. ``checked(...)`` remembers a verified BlockMask by tensor identity and version, so
+re-using one BlockMask costs a dictionary lookup per call.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from . import ir
+
+
+def _dense(num: Tensor, idx: Tensor, nk: int) -> Tensor:
+    """[..., nq] counts + [..., nq, nk_max] indices -> [..., nq, nk] bool."""
+    valid = torch.arange(idx.shape[-1], device=idx.device) < num.unsqueeze(-1)
+    target = torch.where(valid, idx.long(), torch.full_like(idx.long(), nk))
+    out = torch.zeros(*idx.shape[:-1], nk + 1, dtype=torch.bool, device=idx.device)
+    out.scatter_(-1, target.clamp(max=nk), True)
+    return out[..., :nk]
+
+
+def expected_blocks(mask: Tensor, L: int, S: int, qb: int, kb: int) -> tuple[Tensor, Tensor]:
+    """(any, full) per (q block, kv block) of an element mask [B', H', L, S] (padding masked)."""
+    nq, nk = -(-L // qb), -(-S // kb)
+    pad_q, pad_k = nq * qb - L, nk * kb - S
+    m = mask
+    if pad_q or pad_k:
+        m = torch.nn.functional.pad(m.to(torch.uint8), (0, pad_k, 0, pad_q)).bool()
+    blocks = m.reshape(*m.shape[:-2], nq, qb, nk, kb)
+    any_ = blocks.any(dim=-1).any(dim=-2)
+    full = blocks.all(dim=-1).all(dim=-2)
+    return any_, full
+
+
+def mismatch(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: int, S: int, qb: int, kb: int,
+             kv_num: Tensor, kv_idx: Tensor, full_num: Optional[Tensor], full_idx: Optional[Tensor],
+             device: torch.device) -> Optional[str]:
+    nq, nk = -(-L // qb), -(-S // kb)
+    if kv_num.shape[-1] != nq:
+        return f"the BlockMask has {kv_num.shape[-1]} query blocks, the call needs {nq}"
+    grids = {"b": torch.arange(B, device=device, dtype=torch.int32).view(-1, 1, 1, 1),
+             "h": torch.arange(H, device=device, dtype=torch.int32).view(1, -1, 1, 1),
+             "q_idx": torch.arange(L, device=device, dtype=torch.int32).view(1, 1, -1, 1),
+             "kv_idx": torch.arange(S, device=device, dtype=torch.int32).view(1, 1, 1, -1),
+             "inputs": list(inputs)}
+    elem = ir.evaluate(mask_expr, grids).to(torch.bool)
+    while elem.dim() < 4:
+        elem = elem.unsqueeze(0)
+    elem = elem.expand(elem.shape[0], elem.shape[1], L, S)
+    any_, full = expected_blocks(elem, L, S, qb, kb)
+    listed = _dense(kv_num.to(device), kv_idx.to(device), nk)
+    if full_num is not None and full_idx is not None:
+        listed_full = _dense(full_num.to(device), full_idx.to(device), nk)
+        want_partial, want_full = any_ & ~full, full
+    else:  # no separate full blocks: every non-empty block is listed once
+        listed_full = torch.zeros_like(listed)
+        want_partial, want_full = any_, torch.zeros_like(any_)
+    try:
+        shape = torch.broadcast_shapes(listed.shape, want_partial.shape)
+    except RuntimeError:
+        return f"BlockMask batch/head dims {tuple(listed.shape[:2])} do not broadcast to the mask's"
+    if not torch.equal(listed.expand(shape), want_partial.expand(shape)):
+        return "its partial blocks differ from the ones create_block_mask(mask_mod) builds"
+    if not torch.equal(listed_full.expand(shape), want_full.expand(shape)):
+        return "its full blocks differ from the ones create_block_mask(mask_mod) builds"
+    return None
+
+
+class _Verified:
+    """(id, version) of BlockMask tensors already checked, dropped when a tensor dies."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple, tuple] = {}
+        self._lock = threading.Lock()
+
+    def check(self, key_tensors: Sequence[Tensor], extra_key: tuple, run) -> Optional[str]:
+        key = tuple(id(t) for t in key_tensors) + extra_key
+        versions = tuple(t._version for t in key_tensors)
+        hit = self._seen.get(key)
+        if hit is not None and hit[0] == versions:
+            return hit[1]
+        why = run()
+        with self._lock:
+            self._seen[key] = (versions, why)
+        for t in key_tensors:
+            weakref.finalize(t, self._forget, key)
+        return why
+
+    def _forget(self, key: tuple) -> None:
+        with self._lock:
+            self._seen.pop(key, None)
+
+
+verified = _Verified()

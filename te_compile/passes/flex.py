@@ -1,0 +1,168 @@
+"""flex_attention sites: decide (serve or keep + reason) and rewrite to the te_compile op.
+
+A served flex call becomes
+
+    in_i = te_compile.ops.bh_input(q, "<(b, h, captured)-only term i>", *captured)   # [B|1,H|1,1,1]
+    out, lse = te_compile.attn_fwd(q, k, v, None, [in_0, ..., <BlockMask tensors>], spec)
+    lse_log2 = lse * (1 / ln 2)          # the HOP's lse is in log2 units; ours is natural-log
+
+with ``spec.score`` / ``spec.mask_mod`` the translated ScoreExprs. Kept, with a reason: anything
+the translator cannot express, a captured tensor read at a q/kv-dependent index (a gather), a
+captured tensor that needs a gradient, a used ``max_scores`` output, a BlockMask that
+``create_block_mask(mask_mod)`` did not build (checked at compile time when the BlockMask is a
+graph input, and again at run time per BlockMask).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from typing import Any, Optional
+
+import torch
+from torch.fx import GraphModule, Node
+
+from .. import ir
+from ..ops import bh_input
+from ..spec import AttentionSpec
+from .find import AttentionSite, example_value
+from .grad import site_grads
+from .score_mod import translate
+
+#: block size flex uses for its own "no block_mask" mask (one block covering everything)
+_EMPTY_BLOCK = 1 << 30
+_INV_LN2 = 1.0 / math.log(2.0)
+
+
+def _block_tuple(site: AttentionSite) -> tuple:
+    return tuple(site.node.args[4])
+
+
+def _real(n: Any) -> Optional[torch.Tensor]:
+    """The real tensor behind a graph input (Dynamo keeps it while the backend runs)."""
+    if not isinstance(n, Node) or n.op != "placeholder":
+        return None
+    ga = n.meta.get("grapharg")
+    ex = getattr(ga, "example", None) if ga is not None else None
+    return ex if isinstance(ex, torch.Tensor) and not isinstance(ex, torch._subclasses.FakeTensor) else None
+
+
+def decide_flex(site: AttentionSite, target: str, checker, keep, Decision) -> Any:
+    q, k, v = example_value(site.q), example_value(site.k), example_value(site.v)
+    grads = site_grads(site)
+    if q is None or k is None or v is None:
+        return keep(site, "q/k/v have no example values in the graph", mask="mask_mod ?", grads=grads)
+    dtype = q.dtype
+    sb, mb = site.score_buffers, site.mask_buffers
+    score_vals = [example_value(b) for b in sb]
+    mask_vals = [example_value(b) for b in mb]
+    if any(x is None for x in score_vals + mask_vals):
+        return keep(site, "a score_mod/mask_mod captures a value that is not a tensor", mask="mask_mod ?", grads=grads)
+    score = translate(site.score_mod, "score", dtype, score_vals)
+    mask = translate(site.mask_mod, "mask", dtype, mask_vals, buf_offset=len(sb))
+    mask_desc = f"mask_mod {mask}"
+    kw = {"mask": mask_desc, "grads": grads}
+    if isinstance(score, str):
+        return keep(site, score, **kw)
+    if isinstance(mask, str):
+        return keep(site, mask, **kw)
+    out = example_value(site.node)
+    grad_on = out is None or bool(getattr(out, "requires_grad", False)) or grads.any
+    for node, val in zip(list(sb) + list(mb), score_vals + mask_vals):
+        if val.requires_grad and grad_on:
+            name = node.name if isinstance(node, Node) else "?"
+            return keep(site, f"captured tensor {name} requires grad: te_compile does not compute gradients "
+                              "for score_mod tensors yet", **kw)
+    try:
+        (score_x, mask_x), terms = ir.extract_bh_terms(score, mask)
+    except ir.NotPointwise as e:
+        return keep(site, f"score_mod/mask_mod {e}", **kw)
+    if ir.kind_of(mask_x) != "bool":
+        return keep(site, f"mask_mod returns a {ir.kind_of(mask_x)}, not a bool", **kw)
+    for user in site.node.users:
+        if user.target is not operator.getitem or user.args[1] not in (0, 1):
+            return keep(site, "the max_scores output (or the raw HOP result) is used; te_compile returns out and lse",
+                        **kw)
+    if not isinstance(site.scale, numbers.Number):
+        return keep(site, "scale is not a constant", **kw)
+    if target == "auto" and q.device.type != "cuda":
+        return keep(site, f"inputs on {q.device.type}: target 'auto' rewrites CUDA sites only "
+                          f"(target='reference' rewrites to the reference kernel)", **kw)
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return keep(site, "flex inputs must be 4-D", **kw)
+    bm = _block_tuple(site)
+    qb, kb = bm[-3], bm[-2]
+    if not (isinstance(qb, int) and isinstance(kb, int)):
+        return keep(site, "BlockMask block sizes are not constants", **kw)
+    block, block_nodes = "", []
+    if not (qb == _EMPTY_BLOCK and kb == _EMPTY_BLOCK):
+        kvn, kvi, fkn, fki = bm[2], bm[3], bm[4], bm[5]
+        if kvn is None or kvi is None:
+            return keep(site, "the BlockMask has no kv block lists", **kw)
+        has_full = fkn is not None and fki is not None
+        block_nodes = [kvn, kvi] + ([fkn, fki] if has_full else [])
+        block = f"{qb},{kb},{int(has_full)}"
+        why = _compile_time_block_check(site, mask_x, terms, q, k, qb, kb, block_nodes, has_full)
+        if why:
+            return keep(site, f"the BlockMask was not built by create_block_mask from its mask_mod ({why}); "
+                              "compiled flex honours its block structure", **kw)
+    impl = "cudnn" if target == "auto" else "reference"
+    spec = AttentionSpec(scale=float(site.scale), mask="none", impl=impl, source="flex",
+                         score="" if score_x == ir.Expr.leaf("score") else str(score_x),
+                         mask_mod="" if mask_x.is_const(True) else str(mask_x),
+                         n_inputs=len(terms), block=block)
+    if impl == "cudnn" and checker is not None:
+        why = checker(q, k, v, None, spec, grads.any, False)
+        if why:
+            return keep(site, why, **kw)
+    d = Decision(site=site, rewrite=True, reason="", target=impl, spec=spec, **kw)
+    d.plan = {"terms": [str(t) for t in terms], "buffers": list(sb) + list(mb), "block_nodes": block_nodes}
+    return d
+
+
+def _compile_time_block_check(site, mask_x, terms, q, k, qb, kb, block_nodes, has_full) -> Optional[str]:
+    """When the BlockMask is a graph input, check it now with the real tensors Dynamo holds."""
+    reals = [_real(n) for n in block_nodes]
+    if terms or any(r is None for r in reals):
+        return None  # checked at run time instead (the op checks each new BlockMask once)
+    from ..blockmask import mismatch
+
+    B, H, L, S = (int(x) for x in (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
+    full = (reals[2], reals[3]) if has_full else (None, None)
+    try:
+        return mismatch(mask_x, [], B, H, L, S, qb, kb, reals[0], reals[1], *full, device=reals[0].device)
+    except Exception:  # noqa: BLE001 - shapes we cannot check now are checked at run time
+        return None
+
+
+def apply_flex(gm: GraphModule, decision: Any) -> None:
+    site, spec, plan = decision.site, decision.spec, decision.plan
+    graph, n = gm.graph, site.node
+    meta = {key: n.meta[key] for key in ("stack_trace", "nn_module_stack", "source_fn_stack") if key in n.meta}
+    with graph.inserting_before(n):
+        inputs = []
+        for term in plan["terms"]:
+            node = graph.call_function(bh_input, (site.q, term, *plan["buffers"]))
+            node.meta.update(meta)
+            inputs.append(node)
+        call = graph.call_function(torch.ops.te_compile.attn_fwd.default,
+                                   (site.q, site.k, site.v, None, inputs + plan["block_nodes"], spec.key()))
+        call.meta.update(meta)
+        out = graph.call_function(operator.getitem, (call, 0))
+        lse = graph.call_function(operator.getitem, (call, 1))
+        lse2 = graph.call_function(operator.mul, (lse, _INV_LN2))
+    for user in list(n.users):
+        new = out if user.args[1] == 0 else lse2
+        new.meta = dict(user.meta)
+        user.replace_all_uses_with(new)
+        graph.erase_node(user)
+    attrs = [a for a in (n.args[3], n.args[4][-1]) if isinstance(a, Node)]
+    graph.erase_node(n)
+    if not lse2.users:
+        graph.erase_node(lse2)
+        graph.erase_node(lse)
+    for a in attrs:  # the score_mod / mask_mod subgraphs, now unused (no general DCE: see docs)
+        if a.op == "get_attr" and not a.users:
+            graph.erase_node(a)
+    decision.replacement = call.name

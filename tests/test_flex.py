@@ -1,0 +1,177 @@
+"""flex_attention through te_compile (reference target) equals eager flex: out, lse, grads."""
+
+import math
+
+import expecttest
+import pytest
+import torch
+import torch.nn.attention.flex_attention as fa
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+
+import te_compile
+
+B, H, L, D = 2, 4, 24, 8
+
+
+@pytest.fixture(autouse=True)
+def _cpu_flex_with_grad(monkeypatch):
+    # eager/compiled flex refuse CPU inputs that require grad; the math path itself is fine
+    monkeypatch.setattr(fa, "_validate_device", lambda *a, **k: None)
+
+
+SLOPES = torch.rand(H) + 0.1
+HEAD_SCALE = torch.rand(H) + 0.5
+
+SCORE_MODS = {
+    "none": None,
+    "softcap": lambda s, b, h, q, kv: 20.0 * torch.tanh(s / 20.0),
+    "rel_bias": lambda s, b, h, q, kv: s + (q - kv) * 0.1,
+    "alibi_from_h": lambda s, b, h, q, kv: s + torch.exp2(-((h + 1) * 8.0 / H)) * (kv - q),
+    "alibi_captured": lambda s, b, h, q, kv: s + SLOPES[h] * (kv - q),
+    "head_scale_captured": lambda s, b, h, q, kv: s * HEAD_SCALE[h],
+    "trig": lambda s, b, h, q, kv: torch.sin(s) + torch.cos(s / 3),
+}
+MASK_MODS = {
+    "none": None,
+    "causal": lambda b, h, q, kv: q >= kv,
+    "sliding": lambda b, h, q, kv: (q >= kv) & (q - kv <= 5),
+    "inverse_causal": lambda b, h, q, kv: q <= kv,
+}
+CASES = [(s, m) for s in SCORE_MODS for m in ("none", "causal")] + [
+    ("softcap", "sliding"), ("none", "sliding"), ("rel_bias", "inverse_causal"), ("alibi_captured", "sliding")]
+
+
+def _fn(score_name, mask_name, S=L, return_lse=True, gqa=False, block=16):
+    mm = MASK_MODS[mask_name]
+    bm = create_block_mask(mm, 1, 1, L, S, device="cpu", BLOCK_SIZE=block) if mm else None
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, score_mod=SCORE_MODS[score_name], block_mask=bm,
+                              return_lse=return_lse, enable_gqa=gqa)
+    return fn
+
+
+def _inputs(S=L, hk=H, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, h, n, D, generator=g, dtype=torch.float64).requires_grad_()
+            for h, n in ((H, L), (hk, S), (hk, S))]
+
+
+def _run(fn, args):
+    args = [a.detach().requires_grad_() for a in args]
+    out, lse = fn(*args)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    (out * dout).sum().backward()
+    return out.detach(), lse.detach(), [a.grad for a in args]
+
+
+def _compare(fn, args, tol=1e-7):
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"), fullgraph=True)
+    got = _run(compiled, args)
+    want = _run(fn, args)
+    torch.testing.assert_close(got[0], want[0], rtol=tol, atol=tol)
+    torch.testing.assert_close(got[1], want[1], rtol=tol, atol=tol)
+    for a, b in zip(got[2], want[2]):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("score,mask", CASES, ids=[f"{s}-{m}" for s, m in CASES])
+def test_flex_matches_eager(score, mask):
+    fn = _fn(score, mask)
+    report = te_compile.explain(fn, *[a.detach() for a in _inputs()], target="reference")
+    assert [d.target for d in report.decisions] == ["reference"], str(report)
+    _compare(fn, _inputs())
+
+
+def test_gqa_and_cross_lengths():
+    _compare(_fn("softcap", "causal", S=40, gqa=True), _inputs(S=40, hk=2))
+
+
+def test_out_only_and_default_block_mask():
+    fn = _fn("alibi_from_h", "none", return_lse=False)
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
+    args = _inputs()
+    torch.testing.assert_close(compiled(*args), fn(*args))
+
+
+def test_fully_masked_rows_give_zero_and_minus_inf_lse():
+    bm = create_block_mask(lambda b, h, q, kv: (q >= kv) & (q != 3), 1, 1, L, L, device="cpu", BLOCK_SIZE=8)
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, block_mask=bm, return_lse=True)
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
+    out, lse = compiled(*[a.detach() for a in _inputs()])
+    assert torch.all(out[:, :, 3] == 0) and torch.all(lse[:, :, 3] == float("-inf"))
+    _compare(fn, _inputs())
+
+
+def _reasons(fn, *args):
+    return [(d.target, d.reason) for d in te_compile.explain(fn, *args, target="reference").decisions]
+
+
+def test_gather_by_position_is_kept():
+    table = torch.randn(2 * L - 1)
+    fn = lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: s + table[q_ - kv + L - 1])  # noqa: E731
+    ((target, why),) = _reasons(fn, *[a.detach() for a in _inputs()])
+    assert target == "kept" and "gather" in why
+
+
+def test_captured_tensor_that_needs_grad_is_kept():
+    w = torch.rand(H, requires_grad=True)
+    fn = lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: s * w[h])  # noqa: E731
+    ((target, why),) = _reasons(fn, *_inputs())
+    assert target == "kept" and "requires grad" in why
+
+
+def test_hand_built_block_mask_is_kept():
+    # one kv block per query block, noop mask_mod: compiled flex attends the listed blocks only
+    nq = L // 8
+    kv_num = torch.ones(1, 1, nq, dtype=torch.int32)
+    kv_idx = torch.zeros(1, 1, nq, nq, dtype=torch.int32)
+    bm = BlockMask.from_kv_blocks(kv_num, kv_idx, BLOCK_SIZE=8)
+
+    def fn(q, k, v, bm):
+        return flex_attention(q, k, v, block_mask=bm)
+    ((target, why),) = _reasons(fn, *[a.detach() for a in _inputs()], bm)
+    assert target == "kept" and "not built by create_block_mask" in why
+
+
+def test_a_different_block_mask_at_run_time_is_refused():
+    good = create_block_mask(MASK_MODS["causal"], 1, 1, L, L, device="cpu", BLOCK_SIZE=8)
+
+    def fn(q, k, v, bm):
+        return flex_attention(q, k, v, block_mask=bm)
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
+    args = [a.detach() for a in _inputs()]
+    torch.testing.assert_close(compiled(*args, good), fn(*args, good))
+    # same tensors' shapes, different content, same mask_mod: only the run-time check can see it
+    kv_num = good.kv_num_blocks.clone()
+    kv_num[..., -1] = 0
+    bad = BlockMask.from_kv_blocks(kv_num, good.kv_indices.clone(), good.full_kv_num_blocks.clone(),
+                                   good.full_kv_indices.clone(), BLOCK_SIZE=8, mask_mod=good.mask_mod)
+    with pytest.raises(RuntimeError, match="not built by create_block_mask"):
+        compiled(*args, bad)
+
+
+class TestFlexGolden(expecttest.TestCase):
+    def test_rewritten_graph(self):
+        fn = _fn("alibi_captured", "causal")
+        report = te_compile.explain(fn, *[a.detach().float() for a in _inputs()], target="reference")
+        self.assertExpectedInline(str(report).splitlines()[0], """te_compile: 1 attention site(s) in 1 graph(s): 0 on cuDNN, 1 on the reference kernel, 0 kept""")
+        code = "\n".join(ln for ln in report.code().splitlines() if "te_compile" in ln or "mul" in ln)
+        self.assertExpectedInline(code, """\
+    bh_input = te_compile_ops_bh_input(l_q_, '(index (buf 0) h)', g_slopes_);  g_slopes_ = None
+    attn_fwd_default = torch.ops.te_compile.attn_fwd.default(l_q_, l_k_, l_v_, None, [bh_input, l_bm_kv_num_blocks, l_bm_kv_indices, l_bm_full_kv_num_blocks, l_bm_full_kv_indices], '{"block":"16,16,1","impl":"reference","mask":"none","mask_mod":"(ge q_idx kv_idx)","n_inputs":1,"scale":0.35355339059327373,"score":"(add score (mul (in 0) (sub kv_idx q_idx)))","source":"flex"}');  l_q_ = l_k_ = l_v_ = bh_input = l_bm_kv_num_blocks = l_bm_kv_indices = l_bm_full_kv_num_blocks = l_bm_full_kv_indices = None
+    mul_1 = getitem_4 * 1.4426950408889634;  getitem_4 = None
+    lse_scaled = mul_1 * 0.6931471805599453;  mul_1 = None""")
+
+
+def test_lse_is_log2_at_the_hop_boundary():
+    # flex's front end multiplies the HOP's lse by ln 2; the rewrite hands it lse / ln 2
+    fn = _fn("none", "causal")
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
+    args = [a.detach() for a in _inputs()]
+    _, lse = compiled(*args)
+    s = (args[0] @ args[1].transpose(-1, -2)) / math.sqrt(D)
+    s = s.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1))
