@@ -86,6 +86,78 @@ def cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
     ]
 
 
+def flex_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
+    """flex_attention variants: (name, fn, args, grads_of, density)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=dtype, generator=g).requires_grad_() for _ in range(3))
+    causal = lambda b, h, q_, kv: q_ >= kv  # noqa: E731
+    window = lambda b, h, q_, kv: (q_ >= kv) & (q_ - kv <= 1024)  # noqa: E731
+    bm_causal = create_block_mask(causal, 1, 1, L, L, device="cuda")
+    bm_window = create_block_mask(window, 1, 1, L, L, device="cuda")
+    softcap = lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0)  # noqa: E731
+    alibi = lambda s, b, h, q_, kv: s + torch.exp2(-((h + 1) * 8.0 / H)) * (kv - q_)  # noqa: E731
+
+    def mk(score_mod, bm):
+        def fn(q, k, v):
+            return flex_attention(q, k, v, score_mod=score_mod, block_mask=bm)
+        return fn
+    w = min(1.0, (1024 + 1) / L)  # sliding-window density (approx.)
+    return [
+        ("flex none", mk(None, None), [q, k, v], [0, 1, 2], 1.0),
+        ("flex softcap 30", mk(softcap, None), [q, k, v], [0, 1, 2], 1.0),
+        ("flex ALiBi", mk(alibi, None), [q, k, v], [0, 1, 2], 1.0),
+        ("flex causal", mk(None, bm_causal), [q, k, v], [0, 1, 2], 0.5),
+        ("flex sliding window 1024", mk(None, bm_window), [q, k, v], [0, 1, 2], w),
+        ("flex softcap + causal", mk(softcap, bm_causal), [q, k, v], [0, 1, 2], 0.5),
+    ]
+
+
+def run_flex(shape: tuple[int, int, int, int], iters: int, log: Callable[[str], None]) -> list[dict]:
+    import te_compile  # noqa: F401
+
+    B, H, L, D = shape
+    rows = []
+    for name, fn, args, grads_of, density in flex_cases(B, H, L, D, torch.bfloat16):
+        flops = 4.0 * B * H * L * L * D * density
+        torch._dynamo.reset()
+        for impl, f in (("te_compile", torch.compile(fn, backend="te_compile", fullgraph=True)),
+                        ("torch.compile flex (inductor)", torch.compile(fn, fullgraph=True))):
+            t0 = time.perf_counter()
+            try:
+                fwd, bwd = measure(f, args, grads_of, iters)
+            except Exception as e:  # noqa: BLE001
+                log(f"  {name:26s} {impl:30s} n/a ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+                rows.append({"case": name, "impl": impl, "fwd_ms": None, "bwd_ms": None})
+                continue
+            row = {"case": name, "impl": impl, "fwd_ms": fwd, "bwd_ms": bwd,
+                   "fwd_tflops": flops / fwd / 1e9, "bwd_tflops": 2.5 * flops / bwd / 1e9}
+            rows.append(row)
+            log(f"  {name:26s} {impl:30s} fwd {fwd:7.3f} ms {row['fwd_tflops']:6.0f} TF/s | "
+                f"bwd {bwd:7.3f} ms {row['bwd_tflops']:6.0f} TF/s  ({time.perf_counter() - t0:.1f}s)")
+    return rows
+
+
+def speedups(rows: list[dict]) -> str:
+    """te_compile vs Inductor flex per case (fwd, bwd, fwd+bwd) and the geometric mean of fwd+bwd."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["case"], {})[r["impl"]] = r
+    out, logs = ["| case | fwd speedup | bwd speedup | fwd+bwd speedup |", "|---|---|---|---|"], []
+    for case, d in by.items():
+        te, ind = d.get("te_compile"), d.get("torch.compile flex (inductor)")
+        if not te or not ind or te["fwd_ms"] is None or ind["fwd_ms"] is None:
+            continue
+        tot = (ind["fwd_ms"] + ind["bwd_ms"]) / (te["fwd_ms"] + te["bwd_ms"])
+        logs.append(tot)
+        out.append(f"| {case} | {ind['fwd_ms'] / te['fwd_ms']:.2f}x | {ind['bwd_ms'] / te['bwd_ms']:.2f}x | {tot:.2f}x |")
+    if logs:
+        import math
+        out.append(f"| **geometric mean** | | | **{math.exp(sum(map(math.log, logs)) / len(logs)):.2f}x** |")
+    return "\n".join(out)
+
+
 _BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
              "efficient": SDPBackend.EFFICIENT_ATTENTION}
 
@@ -145,14 +217,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--out", help="write the markdown table here")
     p.add_argument("--json", help="write the raw rows here")
+    p.add_argument("--suite", choices=["sdpa", "flex", "all"], default="all")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench: needs a CUDA GPU", file=sys.stderr)
         return 2
     shape = tuple(int(x) for x in a.shape.split(","))
-    print(f"# SDPA benchmark, B,H,S,D = {shape}, bf16 — {environment()}", flush=True)
-    rows = run(shape, a.iters, lambda s: print(s, flush=True))
-    table = to_markdown(rows)
+    print(f"# attention benchmark, B,H,S,D = {shape}, bf16 — {environment()}", flush=True)
+    rows = []
+    if a.suite in ("sdpa", "all"):
+        rows += run(shape, a.iters, lambda s: print(s, flush=True))
+    flex_rows = run_flex(shape, a.iters, lambda s: print(s, flush=True)) if a.suite in ("flex", "all") else []
+    table = to_markdown(rows + flex_rows)
+    if flex_rows:
+        table += "\n\n" + speedups(flex_rows)
     print(table)
     if a.out:
         with open(a.out, "w") as f:

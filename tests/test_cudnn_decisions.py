@@ -86,3 +86,28 @@ def test_check_accepts_supported_shapes_with_and_without_dbias():
     for spec in (AttentionSpec(), AttentionSpec(mask="causal", scale=0.2)):
         assert check(q, k, v, None, spec, True, False) is None
         assert check(q, k, v, bias, spec, True, True) is None
+
+
+@pytest.mark.parametrize("mask,band", [
+    ("(ge q_idx kv_idx)", (None, 0)),
+    ("(le kv_idx q_idx)", (None, 0)),
+    ("(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 5))", (6, 0)),
+    ("(and (ge q_idx kv_idx) (lt (sub q_idx kv_idx) 1024))", (1024, 0)),
+    ("(le q_idx kv_idx)", None),  # inverse causal: in-graph mask
+    ("(and (ge q_idx kv_idx) (eq (rem q_idx 2) 0))", None),
+])
+def test_native_band_recognition(mask, band):
+    from te_compile.cudnn.emit import native_band
+    assert native_band(AttentionSpec(mask_mod=mask, source="flex")) == band
+    # with a score_mod, cuDNN disables native masks: the mask goes inside the score_mod
+    assert native_band(AttentionSpec(mask_mod=mask, score="(mul score 2.0)", source="flex")) is None
+
+
+def test_emission_support_reasons():
+    from te_compile.cudnn.emit import unsupported_reason
+    ok = ["(mul (tanh (div score 30.0)) 30.0)", "(add score (mul (in 0) (sub kv_idx q_idx)))",
+          "(where (ge q_idx kv_idx) (sin score) -inf)", "(add score (rem (sub q_idx kv_idx) 4))"]
+    for e in ok:
+        assert unsupported_reason(AttentionSpec(score=e, source="flex")) is None, e
+    assert "erf" in unsupported_reason(AttentionSpec(score="(add score (erf score))", source="flex"))
+    assert "pow" in unsupported_reason(AttentionSpec(score="(pow 2.0 score)", source="flex"))

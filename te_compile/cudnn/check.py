@@ -79,7 +79,6 @@ def _strides(shape: tuple[int, ...], t: torch.Tensor) -> tuple[int, ...]:
 def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype: str,
               needs_grad: bool, needs_dbias: bool) -> Optional[str]:
     try:
-        import cudnn  # noqa: F401
         from . import graphs
     except Exception as e:  # noqa: BLE001 - a broken install must not crash compilation
         return f"cuDNN frontend unavailable ({type(e).__name__}: {e})"
@@ -88,14 +87,15 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
     B, H, L, _ = q[0]
     o_shape = (B, H, L, v[0][3])
     o_meta = (o_shape, like_layout_strides(o_shape, torch.empty_strided(q[0], q[1], device="meta")))
+    inputs = tuple(((B, H, 1, 1), (H, 1, 1, 1)) for _ in range(spec.n_inputs))
     try:
         g = graphs._new_graph(None, io)
-        graphs.define_forward(g, io, spec, q, k, v, bias_meta, o_meta[1])
+        graphs.define_forward(g, io, spec, q, k, v, bias_meta, o_meta[1], inputs)
         g.validate()
         if needs_grad:
             g = graphs._new_graph(None, io)
             graphs.define_backward(g, io, spec, q, k, v, o_meta, o_meta, bias_meta, needs_dbias,
-                                   (q[1], k[1], v[1]))
+                                   (q[1], k[1], v[1]), inputs)
             g.validate()
     except Exception as e:  # noqa: BLE001 - any validator complaint is a reason to keep the node
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

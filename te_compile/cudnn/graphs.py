@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from enum import IntEnum
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -30,6 +30,7 @@ import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 
 from ..layout import contiguous_strides, like_layout_strides
 from ..spec import AttentionSpec
+from .emit import Emitter, native_band, unsupported_reason
 
 log = logging.getLogger("te_compile")
 
@@ -56,6 +57,7 @@ class _UID(IntEnum):
     DK = 202
     DV = 203
     DBIAS = 204
+    INPUTS = 300  # + i for the i-th (in i) score_mod input
 
 
 class _Built:
@@ -160,14 +162,34 @@ def _bias4d(bias: Tensor, B: int, H: int, L: int, S: int) -> Tensor:
     return b
 
 
-def _sdpa_kwargs(spec: AttentionSpec, head_dim: int, bias_t: Any) -> dict:
+def _sdpa_kwargs(spec: AttentionSpec, head_dim: int, bias_t: Any, emitter: Optional[Emitter] = None,
+                 backward: bool = False) -> dict:
     kw: dict = {"attn_scale": spec.scale_for(head_dim)}
     if bias_t is not None:
         kw["bias"] = bias_t
-    if spec.is_causal:
+    band = (None, 0) if spec.is_causal else native_band(spec)
+    if band is not None:  # native masks skip masked tiles (a score_mod disables them)
         kw["diagonal_alignment"] = cudnn.diagonal_alignment.TOP_LEFT
-        kw["diagonal_band_right_bound"] = 0
+        kw["diagonal_band_right_bound"] = band[1]
+        if band[0] is not None:
+            kw["diagonal_band_left_bound"] = band[0]
+    elif emitter is not None:
+        kw["score_mod"] = emitter.score_mod
+        if backward and emitter.needs_bprop:
+            kw["score_mod_bprop"] = emitter.bprop
     return kw
+
+
+def _input_tensors(g: Any, inputs: Sequence[Meta]) -> list:
+    return [g.tensor(name=f"in{i}", dim=list(m[0]), stride=list(m[1]), data_type=_F32, uid=_UID.INPUTS + i)
+            for i, m in enumerate(inputs)]
+
+
+def _emitter(g: Any, spec: AttentionSpec, inputs: Sequence[Meta]) -> tuple[Optional[Emitter], list]:
+    if not (spec.score or spec.mask_mod):
+        return None, []
+    ts = _input_tensors(g, inputs)
+    return Emitter(spec, ts), [_UID.INPUTS + i for i in range(len(ts))]
 
 
 def _new_graph(handle: Any, io: Any) -> Any:
@@ -195,27 +217,29 @@ def _tensor(g: Any, name: str, m: Meta, io: Any, uid: int) -> Any:
 
 
 def define_forward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: Meta, b4: Optional[Meta],
-                   o_stride: tuple) -> list[int]:
+                   o_stride: tuple, inputs: Sequence[Meta] = ()) -> list[int]:
     """Add the forward SDPA node to ``g``; returns the operand uids in execute order."""
     B, H, L, _ = q[0]
     o_shape = [B, H, L, v[0][3]]
     qt, kt, vt = _tensor(g, "q", q, io, _UID.Q), _tensor(g, "k", k, io, _UID.K), _tensor(g, "v", v, io, _UID.V)
     bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
-    o, stats = g.sdpa(name="sdpa_fwd", q=qt, k=kt, v=vt, generate_stats=True, **_sdpa_kwargs(spec, q[0][3], bt))
+    em, in_uids = _emitter(g, spec, inputs)
+    o, stats = g.sdpa(name="sdpa_fwd", q=qt, k=kt, v=vt, generate_stats=True, **_sdpa_kwargs(spec, q[0][3], bt, em))
     o.set_uid(_UID.O).set_output(True).set_dim(o_shape).set_stride(list(o_stride)).set_data_type(io)
     stats.set_uid(_UID.STATS).set_output(True).set_dim([B, H, L, 1]).set_stride([H * L, L, 1, 1]).set_data_type(_F32)
-    return [_UID.Q, _UID.K, _UID.V, _UID.O, _UID.STATS] + ([] if bt is None else [_UID.BIAS])
+    return [_UID.Q, _UID.K, _UID.V, _UID.O, _UID.STATS] + ([] if bt is None else [_UID.BIAS]) + in_uids
 
 
 def define_backward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: Meta, o: Meta, do: Meta,
-                    b4: Optional[Meta], need_dbias: bool, grad_strides: tuple) -> list[int]:
+                    b4: Optional[Meta], need_dbias: bool, grad_strides: tuple, inputs: Sequence[Meta] = ()) -> list[int]:
     """Add the backward SDPA node to ``g`` (with a dBias output only if ``need_dbias``)."""
     B, H, L, _ = q[0]
     qt, kt, vt = _tensor(g, "q", q, io, _UID.Q), _tensor(g, "k", k, io, _UID.K), _tensor(g, "v", v, io, _UID.V)
     ot, dot = _tensor(g, "o", o, io, _UID.O), _tensor(g, "dO", do, io, _UID.DO)
     st = g.tensor(name="stats", dim=[B, H, L, 1], stride=[H * L, L, 1, 1], data_type=_F32, uid=_UID.STATS)
     bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
-    kw = _sdpa_kwargs(spec, q[0][3], bt)
+    em, in_uids = _emitter(g, spec, inputs)
+    kw = _sdpa_kwargs(spec, q[0][3], bt, em, backward=True)
     dbt = None
     if need_dbias and b4 is not None:
         dbt = _tensor(g, "dBias", (b4[0], contiguous_strides(b4[0])), io, _UID.DBIAS)
@@ -226,7 +250,7 @@ def define_backward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: M
     if dbt is not None:
         dbt.set_output(True)
     uids = [_UID.Q, _UID.K, _UID.V, _UID.O, _UID.DO, _UID.STATS, _UID.DQ, _UID.DK, _UID.DV]
-    return uids + ([] if bt is None else [_UID.BIAS]) + ([] if dbt is None else [_UID.DBIAS])
+    return uids + ([] if bt is None else [_UID.BIAS]) + ([] if dbt is None else [_UID.DBIAS]) + in_uids
 
 
 def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -236,14 +260,21 @@ def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
         raise Unsupported(f"query heads {q.shape[1]} not a multiple of kv heads {k.shape[1]}")
 
 
-def _check_spec(spec: AttentionSpec, extra) -> None:
-    if spec.score or spec.mask_mod or extra:
-        raise Unsupported("score_mod / mask_mod are not emitted to cuDNN yet")
+def _check_spec(spec: AttentionSpec) -> None:
+    if spec.score or spec.mask_mod:
+        why = unsupported_reason(spec)
+        if why:
+            raise Unsupported(why)
+
+
+def _inputs(extra: Sequence[Tensor]) -> list[Tensor]:
+    return [_operand(t.float()) if t.dtype != torch.float32 else _operand(t) for t in extra]
 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
             extra=()) -> tuple[Tensor, Tensor]:
-    _check_spec(spec, extra)
+    _check_spec(spec)
+    extra = _inputs(extra)
     io = _io_type(q, k, v, bias)
     _check_shapes(q, k, v)
     q, k, v = _operand(q), _operand(k), _operand(v)
@@ -253,17 +284,18 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
     o_shape = (B, H, L, Dv)
     o_stride = like_layout_strides(o_shape, q)
     metas = (_meta(q), _meta(k), _meta(v), _meta(b4))
-    key = ("fwd", q.device, q.dtype, spec.mask, spec.scale_for(q.shape[3]), metas, o_stride)
+    in_metas = tuple(_meta(t) for t in extra)
+    key = ("fwd", q.device, q.dtype, spec.key(), spec.scale_for(q.shape[3]), metas, o_stride, in_metas)
     h = _handle(q.device)
 
     def build() -> _Built:
         g = _new_graph(h, io)
-        return _finish(g, define_forward(g, io, spec, *metas, o_stride))
+        return _finish(g, define_forward(g, io, spec, *metas, o_stride, in_metas))
 
     built = cache.get(key, build)
     out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
-    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4])
+    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + extra
     ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
     return out, lse
@@ -271,7 +303,8 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
 
 def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
              spec: AttentionSpec, need_dbias: bool, extra=()) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    _check_spec(spec, extra)
+    _check_spec(spec)
+    extra = _inputs(extra)
     io = _io_type(q, k, v, bias, out, dout)
     _check_shapes(q, k, v)
     grad_strides = (like_layout_strides(q.shape, q), like_layout_strides(k.shape, k), like_layout_strides(v.shape, v))
@@ -281,12 +314,14 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     b4 = None if bias is None else _bias4d(bias, B, H, L, k.shape[2])
     need_dbias = bool(need_dbias and b4 is not None)
     metas = (_meta(q), _meta(k), _meta(v), _meta(out), _meta(dout), _meta(b4))
-    key = ("bwd", q.device, q.dtype, spec.mask, spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides)
+    in_metas = tuple(_meta(t) for t in extra)
+    key = ("bwd", q.device, q.dtype, spec.key(), spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides,
+           in_metas)
     h = _handle(q.device)
 
     def build() -> _Built:
         g = _new_graph(h, io)
-        return _finish(g, define_backward(g, io, spec, *metas, need_dbias, grad_strides))
+        return _finish(g, define_backward(g, io, spec, *metas, need_dbias, grad_strides, in_metas))
 
     built = cache.get(key, build)
     dq, dk, dv = (torch.empty_strided(tuple(t.shape), st, dtype=t.dtype, device=t.device)
@@ -296,6 +331,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     if need_dbias:
         dbias4 = torch.empty(tuple(b4.shape), dtype=q.dtype, device=q.device)
         buffers.append(dbias4)
+    buffers += extra
     ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
     if dbias4 is None:
