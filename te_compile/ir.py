@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Callable, Union
+from typing import Callable, Optional, Union
 
 import torch
 
@@ -241,7 +241,24 @@ def _c(v: Const) -> Expr:
     return Expr.const(v)
 
 
+def _num(e: Expr):
+    return e.value if e.op == "const" and e.dtype in ("int", "float") else None
+
+
+def _fold(op: str, a: Expr, b: Expr) -> Optional[Expr]:
+    x, y = _num(a), _num(b)
+    if x is None or y is None:
+        return None
+    if op == "div":
+        return None if y == 0 else _c(float(x) / float(y))
+    r = {"add": x + y, "sub": x - y, "mul": x * y}[op]
+    return _c(float(r) if (a.dtype == "float" or b.dtype == "float") else int(r))
+
+
 def add(a: Expr, b: Expr) -> Expr:
+    folded = _fold("add", a, b)
+    if folded is not None:
+        return folded
     if a.is_const(0) or a.is_const(0.0):
         return b
     if b.is_const(0) or b.is_const(0.0):
@@ -250,6 +267,9 @@ def add(a: Expr, b: Expr) -> Expr:
 
 
 def mul(a: Expr, b: Expr) -> Expr:
+    folded = _fold("mul", a, b)
+    if folded is not None:
+        return folded
     for x, y in ((a, b), (b, a)):
         if x.is_const(0) or x.is_const(0.0):
             return _c(0.0)
@@ -265,6 +285,9 @@ def neg(a: Expr) -> Expr:
 
 
 def sub(a: Expr, b: Expr) -> Expr:
+    folded = _fold("sub", a, b)
+    if folded is not None:
+        return folded
     if b.is_const(0) or b.is_const(0.0):
         return a
     if a.is_const(0) or a.is_const(0.0):
@@ -273,6 +296,9 @@ def sub(a: Expr, b: Expr) -> Expr:
 
 
 def div(a: Expr, b: Expr) -> Expr:
+    folded = _fold("div", a, b)
+    if folded is not None:
+        return folded
     if a.is_const(0) or a.is_const(0.0):
         return _c(0.0)
     if b.is_const(1) or b.is_const(1.0):

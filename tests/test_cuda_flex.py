@@ -19,21 +19,15 @@ pytestmark = [pytest.mark.cuda,
 
 TOL = 2e-2
 H = 8
-SLOPES = None
-
-
-def _slopes():
-    global SLOPES
-    if SLOPES is None:
-        SLOPES = torch.exp2(-torch.arange(1, H + 1, device="cuda", dtype=torch.float32) * 8.0 / H)
-    return SLOPES
+SLOPES = (torch.exp2(-torch.arange(1, H + 1, dtype=torch.float32) * 8.0 / H).cuda()
+          if torch.cuda.is_available() else None)
 
 
 SCORE_MODS = {
     "none": None,
     "softcap": lambda s, b, h, q, kv: 30.0 * torch.tanh(s / 30.0),
     "alibi_from_h": lambda s, b, h, q, kv: s + torch.exp2(-((h + 1) * 8.0 / H)) * (kv - q),
-    "alibi_captured": lambda s, b, h, q, kv: s + _slopes()[h] * (kv - q),
+    "alibi_captured": lambda s, b, h, q, kv: s + SLOPES[h] * (kv - q),
     "rel_bias": lambda s, b, h, q, kv: s + (q - kv) * 0.05,
     "times_two": lambda s, b, h, q, kv: s * 2,
     "trig": lambda s, b, h, q, kv: torch.sin(s) + s * torch.cos(s / 4),

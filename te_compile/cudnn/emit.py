@@ -16,6 +16,7 @@ float casts (e.g. ``.float()``) are precision-only and are not emitted.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Sequence
 
 import cudnn
@@ -32,19 +33,69 @@ _INT_OK = ("add", "sub", "mul", "neg", "abs", "min", "max")
 _CMP = {"eq": "cmp_eq", "ne": "cmp_neq", "lt": "cmp_lt", "le": "cmp_le", "gt": "cmp_gt", "ge": "cmp_ge"}
 _FLOAT_CASTS = ("float32", "float64", "float16", "bfloat16")
 
+#: emission choices, settled by measurement on the GPU machine (bench/probe_emit.py):
+#: compute type of comparisons ("bool" as cuDNN's own causal helper, or "float")
+CMP_COMPUTE = "float"
+#: declare FLOAT outputs on float ops (otherwise cuDNN infers them)
+FLOAT_OUT = False
+#: rewrite binary ops whose first operand is a scalar (cuDNN wants a virtual first input)
+SWAP_SCALAR_FIRST = True
+#: turn index leaves into FLOAT right after gen_index (no INT32 arithmetic at all)
+INDEX_AS_FLOAT = False
+#: how constants enter the graph: "scalar" (tensor_scalar RUNTIME_PARAM), "pbv" (pass-by-value
+#: [1,1,1,1] FLOAT inputs of the outer graph, fed from the CPU at execute), "pbv_nonint" (pbv for
+#: non-integer values only)
+CONST_MODE = "pbv"
+
+
+def _uses_pbv(v: float) -> bool:
+    if not math.isfinite(v):
+        return False
+    return CONST_MODE == "pbv" or (CONST_MODE == "pbv_nonint" and not float(v).is_integer())
+
+
+def constants(spec: AttentionSpec) -> list[float]:
+    """The constants the emitted graph will read as pass-by-value inputs (sorted, unique)."""
+    out: set[float] = set()
+
+    def walk(e: Optional[ir.Expr]) -> None:
+        if e is None:
+            return
+        if e.op == "const" and not isinstance(e.value, bool) and _uses_pbv(float(e.value)):
+            out.add(float(e.value))
+        if e.op not in ("const", "in") and e.args and not e.leaves() and not _refs_input(e):
+            v = float(ir.evaluate(e, {}).item())  # folded at emission
+            if _uses_pbv(v):
+                out.add(v)
+            return
+        for a in e.args:
+            walk(a)
+    score = spec.score_expr()
+    walk(score)
+    walk(spec.mask_expr())
+    if score is not None:
+        walk(ir.derivative(score))
+    return sorted(out)
+
 
 def unsupported_reason(spec: AttentionSpec) -> Optional[str]:
     """Why the spec's score_mod / mask_mod cannot be emitted to cuDNN, or None."""
     for what, e in (("score_mod", spec.score_expr()), ("mask_mod", spec.mask_expr())):
         if e is None:
             continue
-        why = _unsupported(e)
+        why = _unsupported(e, cond=(what == "mask_mod"))
         if why:
             return f"{what} on cuDNN: {why}"
     return None
 
 
-def _unsupported(e: ir.Expr) -> Optional[str]:
+def _unsupported(e: ir.Expr, cond: bool = False) -> Optional[str]:
+    if e.op in ("and", "or", "not") and not cond:
+        return "a logical and/or/not used as a value"
+    if e.op in ("and", "or", "not"):
+        return next((w for w in (_unsupported(a, True) for a in e.args) if w), None)
+    if e.op == "where":
+        return next((w for w in (_unsupported(a, i == 0) for i, a in enumerate(e.args)) if w), None)
     if e.op in ("score", "q_idx", "kv_idx", "in"):
         return None
     if e.op in ("b", "h"):
@@ -134,10 +185,36 @@ def _d_bounds(e: ir.Expr) -> tuple[Optional[int], Optional[int]]:
     return (None, t - 1)  # lt
 
 
+def _const_where(e: ir.Expr) -> bool:
+    return e.op == "where" and e.args[1].op == "const" and e.args[2].op == "const"
+
+
+_FLIP = {"ge": "lt", "lt": "ge", "le": "gt", "gt": "le", "eq": "ne", "ne": "eq"}
+
+
+def _negate(c: ir.Expr) -> ir.Expr:
+    if c.op in _FLIP:
+        return ir.Expr(_FLIP[c.op], c.args)
+    if c.op == "and":
+        return ir.Expr("or", tuple(_negate(a) for a in c.args))
+    if c.op == "or":
+        return ir.Expr("and", tuple(_negate(a) for a in c.args))
+    if c.op == "not":
+        return c.args[0]
+    if c.op == "const":
+        return ir.Expr.const(not c.value)
+    raise ValueError(f"cannot negate {c.op!r}")
+
+
+def _refs_input(e: ir.Expr) -> bool:
+    return e.op == "in" or any(_refs_input(a) for a in e.args)
+
+
 class Emitter:
     """Emits a spec's score_mod (+ mask_mod) and its derivative into one cuDNN graph."""
 
-    def __init__(self, spec: AttentionSpec, inputs: Sequence[Any]):
+    def __init__(self, spec: AttentionSpec, inputs: Sequence[Any], consts: Optional[dict] = None):
+        self.consts = dict(consts or {})  # value -> pass-by-value IR tensor (outer graph)
         self.score_expr = spec.score_expr()
         self.mask = spec.mask_expr()
         self.inputs = list(inputs)  # IR tensors for (in i), created on the outer graph
@@ -155,22 +232,64 @@ class Emitter:
         self.score = score
         out = self._emit(self.score_expr)[0] if self.score_expr is not None else score
         if self.mask is not None:
-            keep = self._emit(self.mask)[0]
-            out = graph.binary_select(out, self._const(float("-inf")), keep)
+            out = self._select(self.mask, out, self._const(float("-inf")))
         return out
 
     def bprop(self, graph: Any, ds: Any) -> Any:
-        d = self._emit(self.deriv)[0]
-        out = graph.mul(ds, d)
+        out = self._times(ds, self.deriv)
         if self.mask is not None:  # dS is 0 where masked; keep a nan/inf f'(s) there out of it
-            out = graph.binary_select(out, self._const(0.0), self._emit(self.mask)[0])
+            out = self._select(self.mask, out, self._const(0.0))
         return out
 
+    # -- conditions: nested binary_selects (cuDNN found no engine for logical_and of masks)
+    def _select(self, cond: ir.Expr, x: Any, y: Any) -> Any:
+        """cond ? x : y, with and / or / not unrolled into selects."""
+        op = cond.op
+        if op == "and":
+            return self._select(cond.args[0], self._select(cond.args[1], x, y), y)
+        if op == "or":
+            return self._select(cond.args[0], x, self._select(cond.args[1], x, y))
+        if op == "not":
+            return self._select(_negate(cond.args[0]), x, y)
+        if cond.op == "const":
+            return x if cond.value else y
+        return self._f(self.g.binary_select(x, y, self._emit(cond)[0]))
+
+    def _times(self, t: Any, e: ir.Expr) -> Any:
+        """t * e, distributing over where / mul so no op sees two scalar inputs."""
+        if e.op == "const":
+            return t if float(e.value) == 1.0 else self._f(self.g.mul(t, self._const(float(e.value)),
+                                                                     compute_data_type=_F32))
+        if e.op == "where":
+            return self._select(e.args[0], self._times(t, e.args[1]), self._times(t, e.args[2]))
+        if e.op == "mul":
+            return self._times(self._times(t, e.args[0]), e.args[1])
+        return self._f(self.g.mul(t, self._emit(e)[0], compute_data_type=_F32))
+
     # -- emission
+    def _f(self, t: Any) -> Any:
+        if FLOAT_OUT:
+            t.set_data_type(_F32)
+        return t
+
+    def _binary(self, name: str, a: Any, b: Any, a_scalar: bool) -> Any:
+        g = self.g
+        if SWAP_SCALAR_FIRST and a_scalar:
+            if name in ("add", "mul", "min", "max"):
+                a, b = b, a
+            elif name == "sub":  # c - x = (-x) + c
+                return self._f(g.add(self._f(g.neg(b, compute_data_type=_F32)), a, compute_data_type=_F32))
+            elif name == "div":  # c / x = (1/x) * c
+                return self._f(g.mul(self._f(g.reciprocal(b, compute_data_type=_F32)), a, compute_data_type=_F32))
+        return self._f(getattr(g, name)(a, b, compute_data_type=_F32))
+
     def _const(self, v: float) -> Any:
-        key = ("const", float(v))
+        v = float(v)
+        if v in self.consts:
+            return self.consts[v]
+        key = ("const", v)
         if key not in self.memo:
-            self.memo[key] = self.g.tensor_scalar(float(v), cudnn.scalar_type.RUNTIME_PARAM)
+            self.memo[key] = self.g.tensor_scalar(v, cudnn.scalar_type.RUNTIME_PARAM)
         return self.memo[key]
 
     def _emit(self, e: ir.Expr) -> tuple[Any, str]:
@@ -184,11 +303,19 @@ class Emitter:
 
     def _emit_new(self, e: ir.Expr) -> tuple[Any, str]:
         g, op = self.g, e.op
+        if op not in ("const", "in") and not e.leaves() and not _refs_input(e):
+            # a constant sub-expression: cuDNN cannot run an op on scalars alone ("All input
+            # shapes provided are empty"), so fold it here
+            return self._const(float(ir.evaluate(e, {}).item())), "float"
         if op == "score":
             return self.score, "float"
         if op in _AXES:
             t = g.gen_index(self.score, axis=_AXES[op], compute_data_type=_I32)
             t.set_data_type(_I32)
+            if INDEX_AS_FLOAT:
+                t = g.identity(t, compute_data_type=_F32)
+                t.set_data_type(_F32)
+                return t, "float"
             return t, "int"
         if op == "in":
             return self.inputs[e.value], "float"
@@ -201,7 +328,9 @@ class Emitter:
             return t, ("float" if e.dtype in _FLOAT_CASTS else kind)
         if op in _CMP:
             (a, _), (b, _) = self._emit(e.args[0]), self._emit(e.args[1])
-            t = getattr(g, _CMP[op])(a, b, compute_data_type=_BOOL)
+            if e.args[0].op == "const":  # c < x  ==  x > c
+                a, b, op = b, a, {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}.get(op, op)
+            t = getattr(g, _CMP[op])(a, b, compute_data_type=_BOOL if CMP_COMPUTE == "bool" else _F32)
             t.set_data_type(_BOOL)
             return t, "bool"
         if op in ("and", "or"):
@@ -214,30 +343,40 @@ class Emitter:
             t.set_data_type(_BOOL)
             return t, "bool"
         if op == "where":
-            c = self._emit(e.args[0])[0]
-            (a, _), (b, _) = self._emit(e.args[1]), self._emit(e.args[2])
-            return g.binary_select(a, b, c), "float"
+            c, a, b = e.args
+            if a.op == "const" and b.op == "const":
+                raise ValueError("where with two constant branches (only supported under + - *)")
+            if a.op == "const":  # keep a virtual tensor as binary_select's first input
+                c, a, b = _negate(c), b, a
+            return self._select(c, self._emit(a)[0], self._emit(b)[0]), "float"
+        if op in ("add", "sub", "mul") and any(_const_where(x) for x in e.args):
+            # x (+-*) where(c, k1, k2)  ->  where(c, x (+-*) k1, x (+-*) k2)
+            i = 0 if _const_where(e.args[0]) else 1
+            w, other = e.args[i], e.args[1 - i]
+            branch = [ir.Expr(op, (w.args[j], other) if i == 0 else (other, w.args[j])) for j in (1, 2)]
+            return self._emit(ir.Expr("where", (w.args[0], *branch)))
         if op in _FLOAT_UNARY:
             a, kind = self._emit(e.args[0])
             if kind == "int" and op in _INT_OK:
                 t = getattr(g, op)(a, compute_data_type=_I32)
                 t.set_data_type(_I32)
                 return t, "int"
-            return getattr(g, _FLOAT_UNARY[op])(a, compute_data_type=_F32), "float"
+            return self._f(getattr(g, _FLOAT_UNARY[op])(a, compute_data_type=_F32)), "float"
         if op in _ARITH:
             (a, ka), (b, kb) = self._emit(e.args[0]), self._emit(e.args[1])
             if op in _INT_OK and ka == "int" and kb == "int":
                 t = getattr(g, op)(a, b, compute_data_type=_I32)
                 t.set_data_type(_I32)
                 return t, "int"
-            return getattr(g, _ARITH[op])(a, b, compute_data_type=_F32), "float"
+            return self._binary(_ARITH[op], a, b, e.args[0].op == "const"), "float"
         if op == "floordiv":  # floor(a / b), exact on integer values below 2^24
             (a, _), (b, _) = self._emit(e.args[0]), self._emit(e.args[1])
-            return g.floor(g.div(a, b, compute_data_type=_F32), compute_data_type=_F32), "float"
+            q = self._binary("div", a, b, e.args[0].op == "const")
+            return self._f(g.floor(q, compute_data_type=_F32)), "float"
         if op == "rem":  # a - floor(a / b) * b  (Python / torch.remainder sign convention)
             (a, _), (b, _) = self._emit(e.args[0]), self._emit(e.args[1])
-            q = g.floor(g.div(a, b, compute_data_type=_F32), compute_data_type=_F32)
-            return g.sub(a, g.mul(q, b, compute_data_type=_F32), compute_data_type=_F32), "float"
+            q = self._f(g.floor(self._binary("div", a, b, e.args[0].op == "const"), compute_data_type=_F32))
+            return self._binary("sub", a, self._binary("mul", q, b, False), e.args[0].op == "const"), "float"
         raise ValueError(f"no cuDNN emission for {op!r}")
 
 

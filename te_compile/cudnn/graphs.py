@@ -30,7 +30,7 @@ import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 
 from ..layout import contiguous_strides, like_layout_strides
 from ..spec import AttentionSpec
-from .emit import Emitter, native_band, unsupported_reason
+from .emit import Emitter, constants, native_band, unsupported_reason
 
 log = logging.getLogger("te_compile")
 
@@ -58,6 +58,7 @@ class _UID(IntEnum):
     DV = 203
     DBIAS = 204
     INPUTS = 300  # + i for the i-th (in i) score_mod input
+    CONSTS = 400  # + j for the j-th pass-by-value constant
 
 
 class _Built:
@@ -186,10 +187,21 @@ def _input_tensors(g: Any, inputs: Sequence[Meta]) -> list:
 
 
 def _emitter(g: Any, spec: AttentionSpec, inputs: Sequence[Meta]) -> tuple[Optional[Emitter], list]:
-    if not (spec.score or spec.mask_mod):
+    if not (spec.score or spec.mask_mod) or native_band(spec) is not None:
         return None, []
     ts = _input_tensors(g, inputs)
-    return Emitter(spec, ts), [_UID.INPUTS + i for i in range(len(ts))]
+    consts = {v: g.tensor(name=f"c{j}", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=_F32,
+                          is_pass_by_value=True, uid=_UID.CONSTS + j)
+              for j, v in enumerate(constants(spec))}
+    uids = [_UID.INPUTS + i for i in range(len(ts))] + [_UID.CONSTS + j for j in range(len(consts))]
+    return Emitter(spec, ts, consts), uids
+
+
+def _const_buffers(spec: AttentionSpec) -> list[Tensor]:
+    """CPU float32 scalars for the pass-by-value constants, in uid order."""
+    if not (spec.score or spec.mask_mod) or native_band(spec) is not None:
+        return []
+    return [torch.full((1, 1, 1, 1), v, dtype=torch.float32) for v in constants(spec)]
 
 
 def _new_graph(handle: Any, io: Any) -> Any:
@@ -295,7 +307,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
     built = cache.get(key, build)
     out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
-    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + extra
+    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + extra + _const_buffers(spec)
     ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
     return out, lse
@@ -331,7 +343,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     if need_dbias:
         dbias4 = torch.empty(tuple(b4.shape), dtype=q.dtype, device=q.device)
         buffers.append(dbias4)
-    buffers += extra
+    buffers += extra + _const_buffers(spec)
     ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
     if dbias4 is None:
