@@ -204,6 +204,16 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _warm_gpu(seconds: float = 2.0) -> None:
+    """Run matmuls for a while so the first measured case does not pay for clock ramp-up."""
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            x @ x
+        torch.cuda.synchronize()
+
+
 def environment() -> str:
     import cudnn
 
@@ -223,6 +233,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("bench: needs a CUDA GPU", file=sys.stderr)
         return 2
     shape = tuple(int(x) for x in a.shape.split(","))
+    _warm_gpu()
     print(f"# attention benchmark, B,H,S,D = {shape}, bf16 — {environment()}", flush=True)
     rows = []
     if a.suite in ("sdpa", "all"):

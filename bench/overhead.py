@@ -98,5 +98,32 @@ def main() -> None:
                 print(f"      {t / 1e3:7.3f} ms  {kname}")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "--flex" not in __import__("sys").argv:
     main()
+
+
+def flex_main() -> None:
+    """Host vs kernel time per call for flex variants: te_compile vs Inductor flex."""
+    import sys
+    sys.argv = sys.argv[:1]
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    B, H, L, D = 2, 16, 4096, 128
+    q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    window = create_block_mask(lambda b, h, q_, kv: (q_ >= kv) & (q_ - kv <= 1024), 1, 1, L, L, device="cuda")
+    cases = {"none": (None, None), "sliding": (None, window),
+             "softcap": (lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0), None)}
+    for name, (sm, bm) in cases.items():
+        def fn(q, k, v, sm=sm, bm=bm):
+            return flex_attention(q, k, v, score_mod=sm, block_mask=bm)
+        torch._dynamo.reset()
+        for impl, f in (("te_compile", torch.compile(fn, backend="te_compile")), ("inductor", torch.compile(fn))):
+            g = lambda f=f: f(q, k, v)  # noqa: E731
+            ks = kernels(g)
+            print(f"flex {name:8s} {impl:10s} fwd: host {host_us(g):7.1f} us/call, wall {wall_ms(g):7.3f} ms, "
+                  f"kernels {sum(t for t, _ in ks) / 1e3:7.3f} ms ({len(ks)} kernels)")
+            for t, kname in ks[:3]:
+                print(f"      {t / 1e3:7.3f} ms  {kname}")
+
+
+if __name__ == "__main__" and "--flex" in __import__("sys").argv:
+    flex_main()

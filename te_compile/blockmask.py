@@ -14,8 +14,8 @@ re-using one BlockMask costs a dictionary lookup per call.
 
 from __future__ import annotations
 
+import collections
 import threading
-import weakref
 from typing import Optional, Sequence
 
 import torch
@@ -81,28 +81,30 @@ def mismatch(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: in
 
 
 class _Verified:
-    """(id, version) of BlockMask tensors already checked, dropped when a tensor dies."""
+    """BlockMasks already checked, keyed by what identifies their memory and content version.
 
-    def __init__(self) -> None:
-        self._seen: dict[tuple, tuple] = {}
+    The compiled graph may hand the op fresh tensor objects (aliases) of the same BlockMask on
+    every call, so the key is (data_ptr, shape, stride, version) per tensor, not the Python
+    object: an in-place edit bumps the version and forces a new check. Bounded (oldest first).
+    """
+
+    def __init__(self, maxsize: int = 256) -> None:
+        self._seen: "collections.OrderedDict[tuple, Optional[str]]" = collections.OrderedDict()
         self._lock = threading.Lock()
+        self.maxsize = maxsize
+        self.checks = 0
 
     def check(self, key_tensors: Sequence[Tensor], extra_key: tuple, run) -> Optional[str]:
-        key = tuple(id(t) for t in key_tensors) + extra_key
-        versions = tuple(t._version for t in key_tensors)
-        hit = self._seen.get(key)
-        if hit is not None and hit[0] == versions:
-            return hit[1]
+        key = tuple((t.data_ptr(), tuple(t.shape), t.stride(), t._version, t.device) for t in key_tensors) + extra_key
+        if key in self._seen:
+            return self._seen[key]
         why = run()
         with self._lock:
-            self._seen[key] = (versions, why)
-        for t in key_tensors:
-            weakref.finalize(t, self._forget, key)
+            self.checks += 1
+            self._seen[key] = why
+            while len(self._seen) > self.maxsize:
+                self._seen.popitem(last=False)
         return why
-
-    def _forget(self, key: tuple) -> None:
-        with self._lock:
-            self._seen.pop(key, None)
 
 
 verified = _Verified()

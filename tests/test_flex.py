@@ -175,3 +175,22 @@ def test_lse_is_log2_at_the_hop_boundary():
     s = (args[0] @ args[1].transpose(-1, -2)) / math.sqrt(D)
     s = s.masked_fill(~torch.ones(L, L, dtype=torch.bool).tril(), float("-inf"))
     torch.testing.assert_close(lse, torch.logsumexp(s, -1))
+
+
+def test_block_mask_is_checked_once_per_block_mask():
+    from te_compile.blockmask import verified
+
+    bm = create_block_mask(MASK_MODS["causal"], 1, 1, L, L, device="cpu", BLOCK_SIZE=8)
+
+    def fn(q, k, v, bm):
+        return flex_attention(q, k, v, block_mask=bm)
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
+    args = [a.detach() for a in _inputs()]
+    compiled(*args, bm)
+    before = verified.checks
+    for _ in range(3):
+        compiled(*args, bm)
+    assert verified.checks == before
+    bm.kv_num_blocks.add_(0)  # an in-place edit (same values) bumps the version: checked again
+    compiled(*args, bm)
+    assert verified.checks == before + 1

@@ -16,6 +16,7 @@ float casts (e.g. ``.float()``) are precision-only and are not emitted.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Optional, Sequence
 
@@ -54,7 +55,8 @@ def _uses_pbv(v: float) -> bool:
     return CONST_MODE == "pbv" or (CONST_MODE == "pbv_nonint" and not float(v).is_integer())
 
 
-def constants(spec: AttentionSpec) -> list[float]:
+@functools.lru_cache(maxsize=1024)
+def constants(spec: AttentionSpec) -> tuple[float, ...]:
     """The constants the emitted graph will read as pass-by-value inputs (sorted, unique)."""
     out: set[float] = set()
 
@@ -75,9 +77,10 @@ def constants(spec: AttentionSpec) -> list[float]:
     walk(spec.mask_expr())
     if score is not None:
         walk(ir.derivative(score))
-    return sorted(out)
+    return tuple(sorted(out))
 
 
+@functools.lru_cache(maxsize=1024)
 def unsupported_reason(spec: AttentionSpec) -> Optional[str]:
     """Why the spec's score_mod / mask_mod cannot be emitted to cuDNN, or None."""
     for what, e in (("score_mod", spec.score_expr()), ("mask_mod", spec.mask_expr())):
@@ -120,6 +123,7 @@ def _unsupported(e: ir.Expr, cond: bool = False) -> Optional[str]:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
 def native_band(spec: AttentionSpec) -> Optional[tuple[Optional[int], int]]:
     """(left bound or None, right bound) when the mask_mod is causal or causal + sliding window
     and there is no score_mod: cuDNN's native diagonal band, which skips masked tiles.

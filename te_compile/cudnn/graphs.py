@@ -17,6 +17,7 @@ Everything here runs inside the te_compile custom ops on CUDA tensors. Facts tha
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
@@ -131,7 +132,8 @@ def _handle(device: torch.device) -> Any:
     if h is None:
         with torch.cuda.device(device):
             h = handles[device] = cudnn.create_handle()
-    cudnn.set_stream(handle=h, stream=torch.cuda.current_stream(device).cuda_stream)
+    # the raw stream int, without building a torch.cuda.Stream object per call
+    cudnn.set_stream(handle=h, stream=torch._C._cuda_getCurrentRawStream(device.index))
     return h
 
 
@@ -197,11 +199,12 @@ def _emitter(g: Any, spec: AttentionSpec, inputs: Sequence[Meta]) -> tuple[Optio
     return Emitter(spec, ts, consts), uids
 
 
-def _const_buffers(spec: AttentionSpec) -> list[Tensor]:
-    """CPU float32 scalars for the pass-by-value constants, in uid order."""
+@functools.lru_cache(maxsize=1024)
+def _const_buffers(spec: AttentionSpec) -> tuple[Tensor, ...]:
+    """CPU float32 scalars for the pass-by-value constants, in uid order (made once per spec)."""
     if not (spec.score or spec.mask_mod) or native_band(spec) is not None:
-        return []
-    return [torch.full((1, 1, 1, 1), v, dtype=torch.float32) for v in constants(spec)]
+        return ()
+    return tuple(torch.full((1, 1, 1, 1), v, dtype=torch.float32) for v in constants(spec))
 
 
 def _new_graph(handle: Any, io: Any) -> Any:
@@ -280,6 +283,8 @@ def _check_spec(spec: AttentionSpec) -> None:
 
 
 def _inputs(extra: Sequence[Tensor]) -> list[Tensor]:
+    if not extra:
+        return []
     return [_operand(t.float()) if t.dtype != torch.float32 else _operand(t) for t in extra]
 
 
@@ -307,7 +312,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
     built = cache.get(key, build)
     out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
-    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + extra + _const_buffers(spec)
+    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + extra + list(_const_buffers(spec))
     ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
     return out, lse
@@ -343,7 +348,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     if need_dbias:
         dbias4 = torch.empty(tuple(b4.shape), dtype=q.dtype, device=q.device)
         buffers.append(dbias4)
-    buffers += extra + _const_buffers(spec)
+    buffers += extra + list(_const_buffers(spec))
     ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
     if dbias4 is None:
