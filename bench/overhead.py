@@ -123,6 +123,8 @@ def flex_main() -> None:
                   f"kernels {sum(t for t, _ in ks) / 1e3:7.3f} ms ({len(ks)} kernels)")
             for t, kname in ks[:3]:
                 print(f"      {t / 1e3:7.3f} ms  {kname}")
+        from te_compile.blockmask import verified
+        print(f"      BlockMask checks so far: {verified.checks}")
 
 
 if __name__ == "__main__" and "--flex" in __import__("sys").argv:

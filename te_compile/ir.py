@@ -466,3 +466,51 @@ def extract_bh_terms(*exprs: Expr) -> tuple[list[Expr], list[Expr]]:
         return Expr(x.op, tuple(walk(a) for a in x.args), value=x.value, dtype=x.dtype)
 
     return [walk(e) for e in exprs], terms
+
+
+# --------------------------------------------------------------------------- simplification
+
+def simplify(e: Expr) -> Expr:
+    """Fold constants and drop identities (``x + 0``, ``x * 1``, ``true & x``, bool casts of bools).
+
+    Translated Hugging Face masks look like ``(and true (cast bool (le (add kv_idx 0) q_idx)))``;
+    simplified they are ``(le kv_idx q_idx)``, which the native-mask recognizer understands."""
+    return _simplify(e)
+
+
+@functools.lru_cache(maxsize=4096)
+def _simplify(e: Expr) -> Expr:
+    if not e.args:
+        return e
+    args = tuple(_simplify(a) for a in e.args)
+    op = e.op
+    if op == "cast" and e.dtype == "bool" and kind_of(args[0]) == "bool":
+        return args[0]
+    if op == "cast" and e.dtype in ("int32", "int64") and kind_of(args[0]) == "int":
+        return args[0]
+    if op == "and":
+        a, b = args
+        if a.is_const(True):
+            return b
+        if b.is_const(True):
+            return a
+        if a.is_const(False) or b.is_const(False):
+            return Expr.const(False)
+    if op == "or":
+        a, b = args
+        if a.is_const(False):
+            return b
+        if b.is_const(False):
+            return a
+        if a.is_const(True) or b.is_const(True):
+            return Expr.const(True)
+    if op == "not" and args[0].op == "const" and isinstance(args[0].value, bool):
+        return Expr.const(not args[0].value)
+    if op in ("add", "sub", "mul", "div") and len(args) == 2:
+        kept_type = {kind_of(a) for a in args}
+        folded = {"add": add, "sub": sub, "mul": mul, "div": div}[op](*args)
+        # identities must not change the result type (x_int * 1.0 is a float in torch)
+        if kind_of(folded) == kind_of(Expr(op, args)) or "float" not in kept_type:
+            if folded.op != op or folded.args != args:
+                return folded
+    return Expr(op, args, value=e.value, dtype=e.dtype)

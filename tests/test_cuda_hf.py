@@ -33,9 +33,9 @@ def _model(kind: str, impl: str):
     return cls(cfg).cuda()
 
 
-def _loss_and_grads(model, ids):
+def _loss_and_grads(fn, model, ids):
     model.zero_grad(set_to_none=True)
-    out = model(input_ids=ids, labels=ids)
+    out = fn(input_ids=ids, labels=ids)
     out.loss.backward()
     return out.logits.detach().float(), {n: p.grad.detach().float() for n, p in model.named_parameters()
                                          if p.grad is not None}
@@ -55,10 +55,10 @@ def test_hf_model_matches_eager(kind, impl):
     print(f"\n{kind}/{impl}\n{report}")
     assert report.decisions, "no attention site found"
     compiled = torch.compile(model, backend=te_compile.backend(inner="aot_eager"))
-    logits, grads = _loss_and_grads(compiled, ids)
+    logits, grads = _loss_and_grads(compiled, model, ids)
     ref = _model(kind, impl).float()
     ref.load_state_dict({k: v.float() for k, v in model.state_dict().items()})
-    ref_logits, ref_grads = _loss_and_grads(ref, ids)
+    ref_logits, ref_grads = _loss_and_grads(ref, ref, ids)
     assert _rel(logits, ref_logits) < 3e-2
     worst = max(ref_grads, key=lambda n: _rel(grads[n], ref_grads[n]))
     assert _rel(grads[worst], ref_grads[worst]) < 5e-2, worst

@@ -152,3 +152,15 @@ def test_text_round_trip_keeps_constant_types():
     assert str(e) == "(add (mul score 1.0) (cast float32 (add h 1)))"
     assert ir.parse("true") != ir.parse("1") != ir.parse("1.0")
     assert math.isinf(ir.parse("-inf").value)
+
+
+def test_simplify_hugging_face_style_masks():
+    hf = ir.parse("(and (and true (cast bool (gt (add kv_idx 0) (sub (add q_idx 0) 64)))) "
+                  "(cast bool (le (add kv_idx 0) (add q_idx 0))))")
+    s = ir.simplify(hf)
+    assert str(s) == "(and (gt kv_idx (sub q_idx 64)) (le kv_idx q_idx))"
+    env = _grids()
+    assert torch.equal(ir.evaluate(s, env), ir.evaluate(hf, env))
+    assert str(ir.simplify(ir.parse("(mul (add score 0) 1.0)"))) == "score"
+    # an identity that would change the type is kept: q_idx * 1.0 is a float in torch
+    assert ir.kind_of(ir.simplify(ir.parse("(mul q_idx 1.0)"))) == "float"

@@ -74,6 +74,8 @@ def decide_flex(site: AttentionSite, target: str, checker, keep, Decision) -> An
             name = node.name if isinstance(node, Node) else "?"
             return keep(site, f"captured tensor {name} requires grad: te_compile does not compute gradients "
                               "for score_mod tensors yet", **kw)
+    score, mask = ir.simplify(score), ir.simplify(mask)
+    kw["mask"] = mask_desc = f"mask_mod {mask}"
     try:
         (score_x, mask_x), terms = ir.extract_bh_terms(score, mask)
     except ir.NotPointwise as e:
