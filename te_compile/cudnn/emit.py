@@ -331,10 +331,14 @@ class Emitter:
             t, kind = self._emit(e.args[0])
             return t, ("float" if e.dtype in _FLOAT_CASTS else kind)
         if op in _CMP:
-            (a, _), (b, _) = self._emit(e.args[0]), self._emit(e.args[1])
+            (a, ka), (b, kb) = self._emit(e.args[0]), self._emit(e.args[1])
             if e.args[0].op == "const":  # c < x  ==  x > c
                 a, b, op = b, a, {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}.get(op, op)
-            t = getattr(g, _CMP[op])(a, b, compute_data_type=_BOOL if CMP_COMPUTE == "bool" else _F32)
+            # index vs index (the causal pattern): BOOLEAN compute as cuDNN's own causal helper,
+            # which lets the forward skip masked tiles; anything with a scalar or a float: FLOAT
+            both_index = ka == "int" and kb == "int"
+            compute = _BOOL if (both_index or CMP_COMPUTE == "bool") else _F32
+            t = getattr(g, _CMP[op])(a, b, compute_data_type=compute)
             t.set_data_type(_BOOL)
             return t, "bool"
         if op in ("and", "or"):
