@@ -89,6 +89,7 @@ class GraphCache:
                     self._entries[key] = hit
                     while len(self._entries) > max(1, self.maxsize):
                         self._entries.popitem(last=False)
+                        _plans.clear()
         else:
             try:
                 self._entries.move_to_end(key)
@@ -115,12 +116,40 @@ class GraphCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            _plans.clear()
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
 cache = GraphCache(CACHE_SIZE)
+
+#: fast path: call signature (spec + shapes/strides/dtypes of the raw operands) -> what the slow
+#: path worked out (graph, output layouts, constants), for calls whose operands cuDNN takes as
+#: they are. Skips re-deriving keys, layouts and checks on every call (host time per call).
+_plans: dict = {}
+
+
+def _sig(tag: str, spec: AttentionSpec, flag: Any, tensors: Sequence[Optional[Tensor]]) -> tuple:
+    return (tag, spec, flag) + tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+                                     for t in tensors)
+
+
+def _aligned(tensors: Sequence[Optional[Tensor]]) -> bool:
+    return all(t is None or t.data_ptr() % 16 == 0 for t in tensors)
+
+
+def _same(a: Optional[Tensor], b: Optional[Tensor]) -> bool:
+    """b is a as cuDNN sees it (same memory, shape and strides)."""
+    if a is None or b is None:
+        return a is b
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+
+
+def _remember(sig: tuple, plan: tuple) -> None:
+    if len(_plans) >= 4 * CACHE_SIZE:
+        _plans.clear()
+    _plans[sig] = plan
 _tls = threading.local()
 
 
@@ -290,7 +319,20 @@ def _inputs(extra: Sequence[Tensor]) -> list[Tensor]:
 
 def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
             extra=()) -> tuple[Tensor, Tensor]:
+    raw = (q, k, v, bias, *extra)
+    sig = _sig("fwd", spec, None, raw)
+    plan = _plans.get(sig)
+    if plan is not None and _aligned(raw):
+        built, o_shape, o_stride, consts = plan
+        h = _handle(q.device)
+        out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
+        lse = torch.empty(o_shape[:3], dtype=torch.float32, device=q.device)
+        buffers = [q, k, v, out, lse] + ([] if bias is None else [bias]) + list(extra) + consts
+        ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
+        built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
+        return out, lse
     _check_spec(spec)
+    q0, k0, v0, extra0 = q, k, v, tuple(extra)
     extra = _inputs(extra)
     io = _io_type(q, k, v, bias)
     _check_shapes(q, k, v)
@@ -302,7 +344,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
     o_stride = like_layout_strides(o_shape, q)
     metas = (_meta(q), _meta(k), _meta(v), _meta(b4))
     in_metas = tuple(_meta(t) for t in extra)
-    key = ("fwd", q.device, q.dtype, spec.key(), spec.scale_for(q.shape[3]), metas, o_stride, in_metas)
+    key = ("fwd", q.device, q.dtype, spec, spec.scale_for(q.shape[3]), metas, o_stride, in_metas)
     h = _handle(q.device)
 
     def build() -> _Built:
@@ -312,15 +354,36 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
     built = cache.get(key, build)
     out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
-    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + extra + list(_const_buffers(spec))
+    consts = list(_const_buffers(spec))
+    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + extra + consts
     ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
+    if (q is q0 and k is k0 and v is v0 and _same(bias, b4)
+            and all(a is b for a, b in zip(extra, extra0))):
+        _remember(sig, (built, o_shape, o_stride, consts))
     return out, lse
 
 
 def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
              spec: AttentionSpec, need_dbias: bool, extra=()) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    raw = (dout, q, k, v, out, lse, bias, *extra)
+    sig = _sig("bwd", spec, bool(need_dbias), raw)
+    plan = _plans.get(sig)
+    if plan is not None and _aligned(raw):
+        built, grad_strides, with_dbias, consts = plan
+        h = _handle(q.device)
+        dq, dk, dv = (torch.empty_strided(t.shape, st, dtype=t.dtype, device=t.device)
+                      for t, st in zip((q, k, v), grad_strides))
+        buffers = [q, k, v, out, dout, lse, dq, dk, dv] + ([] if bias is None else [bias])
+        dbias = torch.empty(bias.shape, dtype=q.dtype, device=q.device) if with_dbias else q.new_empty((0,))
+        if with_dbias:
+            buffers.append(dbias)
+        buffers += list(extra) + consts
+        ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
+        built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
+        return dq, dk, dv, dbias
     _check_spec(spec)
+    raw_ops = (q, k, v, out, dout, lse, tuple(extra))
     extra = _inputs(extra)
     io = _io_type(q, k, v, bias, out, dout)
     _check_shapes(q, k, v)
@@ -332,7 +395,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     need_dbias = bool(need_dbias and b4 is not None)
     metas = (_meta(q), _meta(k), _meta(v), _meta(out), _meta(dout), _meta(b4))
     in_metas = tuple(_meta(t) for t in extra)
-    key = ("bwd", q.device, q.dtype, spec.key(), spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides,
+    key = ("bwd", q.device, q.dtype, spec, spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides,
            in_metas)
     h = _handle(q.device)
 
@@ -348,9 +411,14 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     if need_dbias:
         dbias4 = torch.empty(tuple(b4.shape), dtype=q.dtype, device=q.device)
         buffers.append(dbias4)
-    buffers += extra + list(_const_buffers(spec))
+    consts = list(_const_buffers(spec))
+    buffers += extra + consts
     ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
+    unchanged = all(a is b for a, b in zip((q, k, v, out, dout, lse), raw_ops[:6]))
+    unchanged = unchanged and all(a is b for a, b in zip(extra, raw_ops[6])) and _same(bias, b4)
+    if unchanged and (bias is None or (bias.dtype == q.dtype and b4.shape == bias.shape)):
+        _remember(sig, (built, grad_strides, need_dbias, consts))
     if dbias4 is None:
         return dq, dk, dv, q.new_empty((0,))
     dbias = dbias4.sum_to_size(bias.shape).reshape(bias.shape).to(bias.dtype).contiguous()
