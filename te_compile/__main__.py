@@ -1,22 +1,86 @@
-"""Command line: ``python -m te_compile demo`` (also installed as ``te-compile``)."""
+"""Command line: ``python -m te_compile`` (also installed as ``te-compile``).
+
+    te-compile demo [--device cpu]                  compile a small GPT, print the site report
+    te-compile explain MODULE:FACTORY [--json]      report on your own model (see below)
+    te-compile bench [--suite sdpa|flex|all] ...    the GPU benchmark (needs CUDA)
+
+``explain`` takes ``MODULE:FACTORY`` where FACTORY is a callable of no arguments that returns
+``(model_or_fn, args)`` or ``(model_or_fn, args, kwargs)``, e.g. ``te_compile.demo:example``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
+import logging
 import sys
+import time
 from typing import Optional
+
+
+def _load(spec: str):
+    if ":" not in spec:
+        raise SystemExit(f"te-compile explain: expected MODULE:FACTORY, got {spec!r}")
+    mod_name, attr = spec.split(":", 1)
+    try:
+        obj = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise SystemExit(f"te-compile explain: cannot load {spec!r}: {e}") from None
+    made = obj()
+    if not isinstance(made, tuple) or len(made) not in (2, 3):
+        raise SystemExit(f"te-compile explain: {spec} must return (model_or_fn, args[, kwargs])")
+    fn, args = made[0], tuple(made[1])
+    kwargs = dict(made[2]) if len(made) == 3 else {}
+    return fn, args, kwargs
+
+
+def _explain(argv: list[str]) -> int:
+    import te_compile
+
+    p = argparse.ArgumentParser(prog="te-compile explain", description="report every attention site of a model")
+    p.add_argument("factory", help="MODULE:FACTORY returning (model_or_fn, args[, kwargs])")
+    p.add_argument("--target", default="auto", choices=["auto", "reference"])
+    p.add_argument("--inner", default="aot_eager", choices=["inductor", "aot_eager", "eager"])
+    p.add_argument("--json", action="store_true", help="print report.to_dict() as JSON")
+    p.add_argument("--code", action="store_true", help="also print the rewritten graph code")
+    a = p.parse_args(argv)
+    fn, args, kwargs = _load(a.factory)
+    t0 = time.perf_counter()
+    print(f"te-compile: compiling {a.factory} (target {a.target}, inner {a.inner}) ...", file=sys.stderr, flush=True)
+    report = te_compile.explain(fn, *args, target=a.target, inner=a.inner, **kwargs)
+    print(f"te-compile: done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+    if a.json:
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        print(report)
+        if a.code:
+            print(report.code())
+    return 0
+
+
+def _bench(argv: list[str]) -> int:
+    from .benchmark import main as bench_main
+
+    return bench_main(argv)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="te-compile", description="te_compile: attention on cuDNN for torch.compile")
-    p.add_argument("command", choices=["demo"], help="demo: compile a small GPT and print the site report")
+    p = argparse.ArgumentParser(prog="te-compile", description="te_compile: attention on cuDNN for torch.compile",
+                                epilog="run 'te-compile COMMAND --help' for a command's options")
+    p.add_argument("command", choices=["demo", "explain", "bench"])
     a, rest = p.parse_known_args(argv)
+    # progress: graph builds and per-site decisions are logged at INFO
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("te_compile").setLevel(logging.INFO if a.command != "explain" else logging.WARNING)
     if a.command == "demo":
         from .demo import main as demo
 
         return demo(rest)
-    return 2
+    if a.command == "explain":
+        return _explain(rest)
+    return _bench(rest)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ class GraphReport:
 class Options:
     inner: str = "inductor"
     target: str = "auto"
+    verify: bool = False
 
     def __post_init__(self) -> None:
         if self.inner not in INNER_COMPILERS:
@@ -96,7 +97,7 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options) 
     global _graph_counter
     _graph_counter += 1
     try:
-        decisions = rewrite_graph(gm, options.target, _checker(options.target))
+        decisions = rewrite_graph(gm, options.target, _checker(options.target), options.verify)
     except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
         log.warning("te_compile: rewrite failed (%s: %s); graph left unchanged", type(e).__name__, e)
         decisions = []
@@ -107,17 +108,22 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options) 
             log.info("te_compile: %s -> %s (%s)", d.name, d.target, d.spec.describe() if d.spec else "")
         else:
             log.info("te_compile: %s kept: %s", d.name, d.reason)
+    if decisions and log.isEnabledFor(logging.INFO):
+        from .explain import Report
+        log.info("te_compile: graph %d\n%s", report.index, Report([report]).table())
     return _inner_compile(options.inner, gm, example_inputs)
 
 
-def backend(inner: str = "inductor", target: str = "auto") -> Callable:
+def backend(inner: str = "inductor", target: str = "auto", verify: bool = False) -> Callable:
     """A Dynamo backend with options, for ``torch.compile(model, backend=te_compile.backend(...))``.
 
     inner:  "inductor" (default), "aot_eager" or "eager": what compiles the rewritten graph.
     target: "auto" (cuDNN for CUDA sites; other devices keep their nodes) or "reference"
             (rewrite every servable site to the exact reference kernel; for tests and CPU).
+    verify: on the first call of each configuration, compare cuDNN with the reference math and
+            raise te_compile.VerificationError with the error figures if they disagree.
     """
-    options = Options(inner=inner, target=target)
+    options = Options(inner=inner, target=target, verify=verify)
 
     def te_compile_backend(gm: GraphModule, example_inputs: list[Any]) -> Callable:
         return compile_graph(gm, example_inputs, options)
@@ -128,3 +134,16 @@ def backend(inner: str = "inductor", target: str = "auto") -> Callable:
 
 #: the entry-point backend: ``torch.compile(model, backend="te_compile")``
 te_compile_backend = backend()
+
+
+def compile(fn: Optional[Callable] = None, *, inner: str = "inductor", target: str = "auto",  # noqa: A001
+            verify: bool = False, **torch_compile_kwargs: Any) -> Callable:
+    """Opt in for one module or function: ``te_compile.compile(model)`` or ``@te_compile.compile(verify=True)``.
+
+    The te_compile options (``inner``, ``target``, ``verify``) configure the backend; any other
+    keyword (``fullgraph``, ``dynamic``, ...) goes to ``torch.compile``.
+    """
+    be = backend(inner=inner, target=target, verify=verify)
+    if fn is None:
+        return lambda f: torch.compile(f, backend=be, **torch_compile_kwargs)
+    return torch.compile(fn, backend=be, **torch_compile_kwargs)

@@ -85,6 +85,13 @@ def _time(fn: Callable[[], object], iters: int) -> float:
     return statistics.median(ts) * 1e3
 
 
+def example() -> tuple:
+    """A factory for ``te-compile explain te_compile.demo:example``: a small TinyGPT and its input."""
+    torch.manual_seed(0)
+    model = TinyGPT(seq=64, dim=128, heads=4)
+    return model, (torch.randint(0, 512, (2, 64)),)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     import te_compile
 

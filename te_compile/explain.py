@@ -38,6 +38,7 @@ def site_row(d: Decision) -> dict[str, Any]:
         "v": _shape(s.v),
         "dtype": _dtype(s.q),
         "mask": d.mask,
+        "score_mod": d.score or "-",
         "grads": d.grads.describe() if d.grads else "?",
         "dbias": d.dbias,
         "target": d.target,
@@ -76,7 +77,7 @@ class Report:
         return "\n".join(f"# graph {i}\n{g.code.strip()}\n" for i, g in enumerate(self.graphs))
 
     def table(self) -> str:
-        cols = ["#", "site", "source", "kind", "q", "dtype", "mask", "grads", "dbias", "target", "reason"]
+        cols = ["#", "site", "source", "kind", "q", "dtype", "mask", "score_mod", "grads", "dbias", "target", "reason"]
         rows = [[str(i + 1)] + [str(r[c]) for c in cols[1:]] for i, r in enumerate(self.rows())]
         widths = [max(len(c), *(len(r[j]) for r in rows)) if rows else len(c) for j, c in enumerate(cols)]
         widths[-1] = len(cols[-1])  # the reason column is free text, not padded
@@ -91,13 +92,13 @@ class Report:
 
 
 def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_eager",
-            **kwargs: Any) -> Report:
+            verify: bool = False, **kwargs: Any) -> Report:
     """Compile ``fn`` (a module or function) with te_compile, call it once on ``args``, and report.
 
     Uses ``aot_eager`` by default (the decisions do not depend on the inner compiler, and it is
     quicker); pass ``inner="inductor"`` to see exactly what ``torch.compile`` would run.
     """
-    compiled = torch.compile(fn, backend=backend(inner=inner, target=target))
+    compiled = torch.compile(fn, backend=backend(inner=inner, target=target, verify=verify))
     with record_reports() as graphs:
         compiled(*args, **kwargs)
     return Report(list(graphs))

@@ -116,9 +116,13 @@ def _attn_fwd_cuda(q, k, v, bias, extra, spec):
     if s.impl == "cudnn":
         from .cudnn import graphs
         try:
-            return graphs.forward(q, k, v, bias, s, inputs)
+            out, lse = graphs.forward(q, k, v, bias, s, inputs)
         except graphs.Unsupported as e:
             _warn_fallback(spec, "forward", str(e))
+        else:
+            if s.verify:
+                _verify_forward(spec, s, q, k, v, bias, inputs, out, lse)
+            return out, lse
     out, lse = reference.attention_forward(q, k, v, bias, s, inputs)
     return _place_out(out, q, v), lse.to(_lse_dtype(q)).contiguous()
 
@@ -170,11 +174,43 @@ def _attn_bwd_cuda(dout, q, k, v, out, lse, bias, extra, spec, need_dbias):
     if s.impl == "cudnn":
         from .cudnn import graphs
         try:
-            return graphs.backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs)
+            grads = graphs.backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs)
         except graphs.Unsupported as e:
             _warn_fallback(spec, "backward", str(e))
+        else:
+            if s.verify:
+                _verify_backward(spec, s, dout, q, k, v, out, lse, bias, need_dbias, inputs, grads)
+            return grads
     grads = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs)
     return _place_grads(grads, q, k, v, bias, need_dbias)
+
+
+# --------------------------------------------------------------------------- verify
+
+def _verify_forward(spec_key, s, q, k, v, bias, inputs, out, lse) -> None:
+    from . import verify
+
+    if not verify.first_time(verify.key_of("fwd", spec_key, (q, k, v, bias, *inputs))):
+        return
+    ref_out, ref_lse = reference.attention_forward(q, k, v, bias, s, inputs)
+    why = verify.compare("forward", ("out", "lse"), (out, lse), (ref_out, ref_lse.float()))
+    if why:
+        raise verify.VerificationError(f"te_compile verify: cuDNN {why}; spec {s.describe()}, "
+                                       f"q {tuple(q.shape)} {q.dtype}")
+    log.info("te_compile verify: forward (%s) agrees with the reference", s.describe())
+
+
+def _verify_backward(spec_key, s, dout, q, k, v, out, lse, bias, need_dbias, inputs, grads) -> None:
+    from . import verify
+
+    if not verify.first_time(verify.key_of("bwd", spec_key, (dout, q, k, v, bias, *inputs), need_dbias)):
+        return
+    ref = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs)
+    why = verify.compare("backward", ("dq", "dk", "dv", "dbias"), grads, ref)
+    if why:
+        raise verify.VerificationError(f"te_compile verify: cuDNN {why}; spec {s.describe()}, "
+                                       f"q {tuple(q.shape)} {q.dtype}")
+    log.info("te_compile verify: backward (%s) agrees with the reference", s.describe())
 
 
 # --------------------------------------------------------------------------- autograd

@@ -49,6 +49,8 @@ class AttentionSpec:
     #: "QB,KB,F": the op also receives the BlockMask (kv_num_blocks, kv_indices[, full_kv_num_blocks,
     #: full_kv_indices] when F=1) and checks once per BlockMask that mask_mod explains it; "" = none
     block: str = ""
+    #: compare with the reference math on the first call of each configuration (te_compile.verify)
+    verify: bool = False
 
     def __post_init__(self) -> None:
         if self.mask not in MASK_KINDS:

@@ -111,3 +111,18 @@ def test_dbias_only_when_needed_on_gpu():
     assert rel_err(db1, dbr) < TOL
     keys = [key for key in graphs.cache._entries if key[0] == "bwd"]
     assert {key[6] for key in keys} >= {False, True}  # key[6] is need_dbias
+
+
+def test_verify_option_checks_cudnn_against_the_reference():
+    from te_compile import verify
+
+    form = FORMS_BY_NAME["float_bias_learned"]
+    inputs = make_inputs(form, "cuda", torch.bfloat16, L=128)
+    fn = make_fn(form)
+    torch._dynamo.reset()
+    before = len(verify._done)
+    compiled = te_compile.compile(fn, inner="aot_eager", verify=True)
+    out, grads = run(compiled, inputs)  # raises VerificationError if cuDNN disagreed
+    assert len(verify._done) >= before + 2  # forward and backward were checked once each
+    run(compiled, inputs)
+    assert len(verify._done) >= before + 2

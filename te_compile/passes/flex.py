@@ -76,6 +76,7 @@ def decide_flex(site: AttentionSite, target: str, checker, keep, Decision) -> An
                               "for score_mod tensors yet", **kw)
     score, mask = ir.simplify(score), ir.simplify(mask)
     kw["mask"] = mask_desc = f"mask_mod {mask}"
+    kw["score"] = "" if score == ir.Expr.leaf("score") else str(score)
     try:
         (score_x, mask_x), terms = ir.extract_bh_terms(score, mask)
     except ir.NotPointwise as e:

@@ -48,6 +48,7 @@ class Decision:
     bias_conversion: Optional[str] = None  # "bool->bias" | "cast" | None
     replacement: Optional[str] = None  # name of the node that now carries the output
     plan: Optional[dict] = None  # flex: what apply() inserts (terms, captured tensors, BlockMask nodes)
+    score: str = ""  # flex: the score_mod as a readable ScoreExpr ("" for SDPA / identity)
 
     @property
     def name(self) -> str:
@@ -198,9 +199,17 @@ def _safe_decide(site: AttentionSite, target: str, checker: Optional[Checker]) -
                            "please report it", mask=describe_mask(site))
 
 
-def rewrite_graph(gm: GraphModule, target: str = "auto", checker: Optional[Checker] = None) -> list[Decision]:
-    """Decide and apply for every site of ``gm``; returns the decisions in graph order."""
+def rewrite_graph(gm: GraphModule, target: str = "auto", checker: Optional[Checker] = None,
+                  verify: bool = False) -> list[Decision]:
+    """Decide and apply for every site of ``gm``; returns the decisions in graph order.
+
+    ``verify`` marks every rewritten site's spec so the op compares cuDNN with the reference on
+    the first call of each configuration (te_compile.verify)."""
     decisions = [_safe_decide(site, target, checker) for site in find_sites(gm.graph)]
+    if verify:
+        for d in decisions:
+            if d.rewrite and d.spec is not None:
+                d.spec = dataclasses.replace(d.spec, verify=True)
     for d in decisions:
         apply(gm, d)
     if any(d.rewrite for d in decisions):

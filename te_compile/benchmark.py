@@ -1,0 +1,258 @@
+"""Attention benchmark: te_compile vs torch SDPA backends vs torch.compile (SDPA and flex), fwd and bwd.
+
+    te-compile bench [--suite sdpa|flex|all] [--shape 2,16,4096,128] [--iters 50] [--out results.md]
+    python3 bench/attention.py ...   (the same)
+
+Runs every implementation side by side in one process on random (never zero) bf16 inputs,
+after warm-up; reports the median of ``--iters`` back-to-back calls (CUDA events) in ms and TFLOP/s
+(FLOPs of the unmasked part: causal counts half). The backward is timed as
+``autograd.grad`` of a retained graph, so it excludes the forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import time
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def _median_ms(fn: Callable[[], object], iters: int, warmup: int = 5) -> float:
+    """Median device time per call, calls issued back to back (as in a training loop).
+
+    Each call sits between two CUDA events and nothing synchronizes inside the loop, so the
+    host runs ahead and its per-call overhead is hidden whenever it is shorter than the
+    kernels (``triton.testing.do_bench`` measures the same way). bench/overhead.py measures
+    the host side separately.
+    """
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for a, b in events:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in events)
+
+
+def _flops(B: int, H: int, L: int, S: int, D: int, causal: bool) -> float:
+    f = 4.0 * B * H * L * S * D
+    return f / 2 if causal else f
+
+
+def measure(fn: Callable, args: list[torch.Tensor], grads_of: list[int], iters: int) -> tuple[float, float]:
+    """(fwd ms, bwd ms) of ``fn(*args)``."""
+    out = fn(*args)
+    dout = torch.randn_like(out)
+    fwd = _median_ms(lambda: fn(*args), iters)
+    inputs = [args[i] for i in grads_of]
+    out = fn(*args)
+    bwd = _median_ms(lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True), iters)
+    return fwd, bwd
+
+
+def cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
+    """(name, fn, args, grads_of, causal, torch_backends that accept the case)."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rnd(*shape: int, rg: bool = True) -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", dtype=dtype, generator=g).requires_grad_(rg)
+
+    q, k, v = rnd(B, H, L, D), rnd(B, H, L, D), rnd(B, H, L, D)
+    bias = (rnd(1, H, L, L, rg=False) * 0.5).requires_grad_()
+
+    def plain(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v)
+
+    def causal(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def learned_bias(q, k, v, bias):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+    all_backends = ["cudnn", "flash", "efficient"]
+    return [
+        ("no mask", plain, [q, k, v], [0, 1, 2], False, all_backends),
+        ("causal", causal, [q, k, v], [0, 1, 2], True, all_backends),
+        ("learned float bias", learned_bias, [q, k, v, bias], [0, 1, 2, 3], False, ["cudnn", "efficient"]),
+    ]
+
+
+def flex_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
+    """flex_attention variants: (name, fn, args, grads_of, density)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=dtype, generator=g).requires_grad_() for _ in range(3))
+    causal = lambda b, h, q_, kv: q_ >= kv  # noqa: E731
+    window = lambda b, h, q_, kv: (q_ >= kv) & (q_ - kv <= 1024)  # noqa: E731
+    bm_causal = create_block_mask(causal, 1, 1, L, L, device="cuda")
+    bm_window = create_block_mask(window, 1, 1, L, L, device="cuda")
+    softcap = lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0)  # noqa: E731
+    alibi = lambda s, b, h, q_, kv: s + torch.exp2(-((h + 1) * 8.0 / H)) * (kv - q_)  # noqa: E731
+
+    def mk(score_mod, bm):
+        def fn(q, k, v):
+            return flex_attention(q, k, v, score_mod=score_mod, block_mask=bm)
+        return fn
+    w = min(1.0, (1024 + 1) / L)  # sliding-window density (approx.)
+    return [
+        ("flex none", mk(None, None), [q, k, v], [0, 1, 2], 1.0),
+        ("flex softcap 30", mk(softcap, None), [q, k, v], [0, 1, 2], 1.0),
+        ("flex ALiBi", mk(alibi, None), [q, k, v], [0, 1, 2], 1.0),
+        ("flex causal", mk(None, bm_causal), [q, k, v], [0, 1, 2], 0.5),
+        ("flex sliding window 1024", mk(None, bm_window), [q, k, v], [0, 1, 2], w),
+        ("flex softcap + causal", mk(softcap, bm_causal), [q, k, v], [0, 1, 2], 0.5),
+    ]
+
+
+def run_flex(shape: tuple[int, int, int, int], iters: int, log: Callable[[str], None]) -> list[dict]:
+    import te_compile  # noqa: F401
+
+    B, H, L, D = shape
+    rows = []
+    for name, fn, args, grads_of, density in flex_cases(B, H, L, D, torch.bfloat16):
+        flops = 4.0 * B * H * L * L * D * density
+        torch._dynamo.reset()
+        for impl, f in (("te_compile", torch.compile(fn, backend="te_compile", fullgraph=True)),
+                        ("torch.compile flex (inductor)", torch.compile(fn, fullgraph=True))):
+            t0 = time.perf_counter()
+            try:
+                fwd, bwd = measure(f, args, grads_of, iters)
+            except Exception as e:  # noqa: BLE001
+                log(f"  {name:26s} {impl:30s} n/a ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+                rows.append({"case": name, "impl": impl, "fwd_ms": None, "bwd_ms": None})
+                continue
+            row = {"case": name, "impl": impl, "fwd_ms": fwd, "bwd_ms": bwd,
+                   "fwd_tflops": flops / fwd / 1e9, "bwd_tflops": 2.5 * flops / bwd / 1e9}
+            rows.append(row)
+            log(f"  {name:26s} {impl:30s} fwd {fwd:7.3f} ms {row['fwd_tflops']:6.0f} TF/s | "
+                f"bwd {bwd:7.3f} ms {row['bwd_tflops']:6.0f} TF/s  ({time.perf_counter() - t0:.1f}s)")
+    return rows
+
+
+def speedups(rows: list[dict]) -> str:
+    """te_compile vs Inductor flex per case (fwd, bwd, fwd+bwd) and the geometric mean of fwd+bwd."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["case"], {})[r["impl"]] = r
+    out, logs = ["| case | fwd speedup | bwd speedup | fwd+bwd speedup |", "|---|---|---|---|"], []
+    for case, d in by.items():
+        te, ind = d.get("te_compile"), d.get("torch.compile flex (inductor)")
+        if not te or not ind or te["fwd_ms"] is None or ind["fwd_ms"] is None:
+            continue
+        tot = (ind["fwd_ms"] + ind["bwd_ms"]) / (te["fwd_ms"] + te["bwd_ms"])
+        logs.append(tot)
+        out.append(f"| {case} | {ind['fwd_ms'] / te['fwd_ms']:.2f}x | {ind['bwd_ms'] / te['bwd_ms']:.2f}x | {tot:.2f}x |")
+    if logs:
+        import math
+        out.append(f"| **geometric mean** | | | **{math.exp(sum(map(math.log, logs)) / len(logs)):.2f}x** |")
+    return "\n".join(out)
+
+
+_BACKENDS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+             "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
+def run(shape: tuple[int, int, int, int], iters: int, log: Callable[[str], None]) -> list[dict]:
+    import te_compile  # noqa: F401  (registers the ops; the backend is found by name)
+
+    B, H, L, D = shape
+    rows = []
+    for name, fn, args, grads_of, is_causal, backends in cases(B, H, L, D, torch.bfloat16):
+        flops = _flops(B, H, L, L, D, is_causal)
+        impls: list[tuple[str, Callable, Optional[str]]] = []
+        torch._dynamo.reset()
+        impls.append(("te_compile", torch.compile(fn, backend="te_compile", fullgraph=True), None))
+        impls.append(("torch.compile (inductor)", torch.compile(fn, fullgraph=True), None))
+        for b in backends:
+            impls.append((f"torch SDPA {b}", fn, b))
+        for impl, f, backend in impls:
+            ctx = sdpa_kernel([_BACKENDS[backend]]) if backend else contextlib.nullcontext()
+            t0 = time.perf_counter()
+            try:
+                with ctx:
+                    fwd, bwd = measure(f, args, grads_of, iters)
+            except Exception as e:  # noqa: BLE001 - a backend that refuses the case is a table entry
+                log(f"  {name:20s} {impl:26s} n/a ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+                rows.append({"case": name, "impl": impl, "fwd_ms": None, "bwd_ms": None})
+                continue
+            row = {"case": name, "impl": impl, "fwd_ms": fwd, "bwd_ms": bwd,
+                   "fwd_tflops": flops / fwd / 1e9, "bwd_tflops": 2.5 * flops / bwd / 1e9}
+            rows.append(row)
+            log(f"  {name:20s} {impl:26s} fwd {fwd:7.3f} ms {row['fwd_tflops']:6.0f} TF/s | "
+                f"bwd {bwd:7.3f} ms {row['bwd_tflops']:6.0f} TF/s  ({time.perf_counter() - t0:.1f}s)")
+    return rows
+
+
+def to_markdown(rows: list[dict]) -> str:
+    out = ["| case | implementation | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["fwd_ms"] is None:
+            out.append(f"| {r['case']} | {r['impl']} | n/a | | n/a | |")
+        else:
+            out.append(f"| {r['case']} | {r['impl']} | {r['fwd_ms']:.3f} | {r['fwd_tflops']:.0f} | "
+                       f"{r['bwd_ms']:.3f} | {r['bwd_tflops']:.0f} |")
+    return "\n".join(out)
+
+
+def _warm_gpu(seconds: float = 2.0) -> None:
+    """Run matmuls for a while so the first measured case does not pay for clock ramp-up."""
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            x @ x
+        torch.cuda.synchronize()
+
+
+def environment() -> str:
+    import cudnn
+
+    return (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, cuDNN {cudnn.backend_version()}, "
+            f"cuDNN frontend {getattr(cudnn, '__version__', '?')}")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="te-compile bench", description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="2,16,4096,128", help="B,H,S,D")
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--out", help="write the markdown table here")
+    p.add_argument("--json", help="write the raw rows here")
+    p.add_argument("--suite", choices=["sdpa", "flex", "all"], default="all")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("te-compile bench: needs a CUDA GPU with cuDNN (this machine has none); "
+              "see docs/benchmarks.md for measured results", file=sys.stderr)
+        return 2
+    shape = tuple(int(x) for x in a.shape.split(","))
+    _warm_gpu()
+    print(f"# attention benchmark, B,H,S,D = {shape}, bf16 — {environment()}", flush=True)
+    rows = []
+    if a.suite in ("sdpa", "all"):
+        rows += run(shape, a.iters, lambda s: print(s, flush=True))
+    flex_rows = run_flex(shape, a.iters, lambda s: print(s, flush=True)) if a.suite in ("flex", "all") else []
+    table = to_markdown(rows + flex_rows)
+    if flex_rows:
+        table += "\n\n" + speedups(flex_rows)
+    print(table)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(f"{environment()}\n\n{table}\n")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"env": environment(), "shape": shape, "rows": rows + flex_rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The opt-in API (te_compile.compile, verify), the CLI, torch._logging, and report goldens."""
+
+import json
+import os
+import subprocess
+import sys
+
+import expecttest
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+import te_compile
+from te_compile import verify
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "te_compile", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=600)
+
+
+def attn(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_compile_as_function_and_decorator():
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    compiled = te_compile.compile(attn, inner="aot_eager", target="reference", fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v), attn(q, k, v))
+
+    @te_compile.compile(inner="eager", target="reference")
+    def decorated(q, k, v):
+        return attn(q, k, v) * 2
+
+    torch.testing.assert_close(decorated(q, k, v), attn(q, k, v) * 2)
+
+
+def test_verify_flag_reaches_the_spec():
+    q, k, v = (torch.randn(1, 2, 16, 8) for _ in range(3))
+    report = te_compile.explain(attn, q, k, v, target="reference", verify=True)
+    (d,) = report.decisions
+    assert d.spec.verify and '"verify":true' in report.code()
+    plain = te_compile.explain(attn, q, k, v, target="reference")
+    assert not plain.decisions[0].spec.verify and "verify" not in plain.code()
+
+
+def test_verify_compare_reports_figures():
+    a = torch.ones(4, 4)
+    assert verify.compare("forward", ["out"], [a], [a + 1e-4]) is None
+    msg = verify.compare("forward", ["out", "lse"], [a, a], [a * 1.5, a])
+    assert msg.startswith("forward: relative error vs the reference above 0.02") and "out 0.333" in msg
+    inf = torch.tensor([float("-inf"), 1.0])
+    assert verify.compare("fwd", ["lse"], [inf], [inf]) is None
+    assert "lse inf" in verify.compare("fwd", ["lse"], [torch.tensor([0.0, 1.0])], [inf])
+    assert issubclass(te_compile.VerificationError, RuntimeError)
+
+
+def test_cli_explain_table_and_json():
+    r = _cli("explain", "te_compile.demo:example", "--target", "reference")
+    assert r.returncode == 0, r.stderr
+    assert "3 attention site(s) in 1 graph(s): 0 on cuDNN, 3 on the reference kernel, 0 kept" in r.stdout
+    assert "compiling te_compile.demo:example" in r.stderr and "done in" in r.stderr
+    r = _cli("explain", "te_compile.demo:example", "--target", "reference", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["summary"]["reference"] == 3 and d["sites"][2]["dbias"].startswith("yes")
+
+
+def test_cli_errors_are_clear():
+    r = _cli("explain", "no_such_module:f")
+    assert r.returncode != 0 and "cannot load 'no_such_module:f'" in r.stderr
+    if not torch.cuda.is_available():
+        r = _cli("bench")
+        assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
+
+
+def test_torch_logs_show_the_site_report():
+    code = ("import torch, torch.nn.functional as F, te_compile\n"
+            "f = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+            "x = torch.randn(1, 2, 8, 8)\n"
+            "torch.compile(f, backend=te_compile.backend(inner='eager'))(x, x, x)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                       env={**os.environ, "TORCH_LOGS": "+te_compile"})
+    assert r.returncode == 0, r.stderr
+    assert "te_compile: graph" in r.stderr and "kept: inputs on cpu" in r.stderr
+
+
+class TestReportGoldens(expecttest.TestCase):
+    def test_demo_model_report(self):
+        from te_compile.demo import example
+        model, args = example()
+        report = te_compile.explain(model, *args, target="reference")
+        self.assertExpectedInline(str(report), """\
+te_compile: 3 attention site(s) in 1 graph(s): 0 on cuDNN, 3 on the reference kernel, 0 kept
+#  site  source                 kind  q            dtype    mask                            score_mod  grads       dbias                  target     reason
+1  a     demo.py:39 in forward  sdpa  [2,4,64,32]  float32  causal                          -          q,k,v       -                      reference
+2  a_1   demo.py:39 in forward  sdpa  [2,4,64,32]  float32  causal                          -          q,k,v       -                      reference
+3  a_2   demo.py:42 in forward  sdpa  [2,4,64,32]  float32  float bias float32 [1,4,64,64]  -          q,k,v,bias  yes (bias needs grad)  reference""")
+
+    def test_flex_model_report(self):
+        import torch.nn.attention.flex_attention as fa
+        fa._validate_device = lambda *a, **k: None
+        bm = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, 32, 32, device="cpu", BLOCK_SIZE=16)
+        table = torch.randn(63)
+
+        def fn(q, k, v):
+            a = flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: 20.0 * torch.tanh(s / 20.0), block_mask=bm)
+            c = flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: s + table[q_ - kv + 31])
+            return a + c
+        q = torch.randn(1, 2, 32, 8)
+        report = te_compile.explain(fn, q, q, q, target="reference")
+        self.assertExpectedInline(str(report), """\
+te_compile: 2 attention site(s) in 1 graph(s): 0 on cuDNN, 1 on the reference kernel, 1 kept
+#  site              source                             kind  q           dtype    mask                        score_mod                                                grads  dbias  target     reason
+1  flex_attention    test_cli_and_options.py:105 in fn  flex  [1,2,32,8]  float32  mask_mod (ge q_idx kv_idx)  (mul (tanh (div score 20.0)) 20.0)                       none   -      reference
+2  flex_attention_1  test_cli_and_options.py:106 in fn  flex  [1,2,32,8]  float32  mask_mod true               (add score (index (buf 0) (add (sub q_idx kv_idx) 31)))  none   -      kept       score_mod/mask_mod reads a captured tensor at an index that depends on q_idx / kv_idx (a gather, not pointwise in cuDNN)""")
