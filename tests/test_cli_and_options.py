@@ -88,17 +88,23 @@ def test_torch_logs_show_the_site_report():
     assert "te_compile: graph" in r.stderr and "kept: inputs on cpu" in r.stderr
 
 
+def _no_lines(report) -> str:
+    """The report with source line numbers masked (editing a file must not break the golden)."""
+    import re
+    return re.sub(r"\.py:\d+", ".py:N", str(report))
+
+
 class TestReportGoldens(expecttest.TestCase):
     def test_demo_model_report(self):
         from te_compile.demo import example
         model, args = example()
         report = te_compile.explain(model, *args, target="reference")
-        self.assertExpectedInline(str(report), """\
+        self.assertExpectedInline(_no_lines(report), """\
 te_compile: 3 attention site(s) in 1 graph(s): 0 on cuDNN, 3 on the reference kernel, 0 kept
 #  site  source                 kind  q            dtype    mask                            score_mod  grads       dbias                  target     reason
-1  a     demo.py:39 in forward  sdpa  [2,4,64,32]  float32  causal                          -          q,k,v       -                      reference
-2  a_1   demo.py:39 in forward  sdpa  [2,4,64,32]  float32  causal                          -          q,k,v       -                      reference
-3  a_2   demo.py:42 in forward  sdpa  [2,4,64,32]  float32  float bias float32 [1,4,64,64]  -          q,k,v,bias  yes (bias needs grad)  reference""")
+1  a     demo.py:N in forward  sdpa  [2,4,64,32]  float32  causal                          -          q,k,v       -                      reference
+2  a_1   demo.py:N in forward  sdpa  [2,4,64,32]  float32  causal                          -          q,k,v       -                      reference
+3  a_2   demo.py:N in forward  sdpa  [2,4,64,32]  float32  float bias float32 [1,4,64,64]  -          q,k,v,bias  yes (bias needs grad)  reference""")
 
     def test_flex_model_report(self):
         import torch.nn.attention.flex_attention as fa
@@ -112,8 +118,8 @@ te_compile: 3 attention site(s) in 1 graph(s): 0 on cuDNN, 3 on the reference ke
             return a + c
         q = torch.randn(1, 2, 32, 8)
         report = te_compile.explain(fn, q, q, q, target="reference")
-        self.assertExpectedInline(str(report), """\
+        self.assertExpectedInline(_no_lines(report), """\
 te_compile: 2 attention site(s) in 1 graph(s): 0 on cuDNN, 1 on the reference kernel, 1 kept
 #  site              source                             kind  q           dtype    mask                        score_mod                                                grads  dbias  target     reason
-1  flex_attention    test_cli_and_options.py:105 in fn  flex  [1,2,32,8]  float32  mask_mod (ge q_idx kv_idx)  (mul (tanh (div score 20.0)) 20.0)                       none   -      reference
-2  flex_attention_1  test_cli_and_options.py:106 in fn  flex  [1,2,32,8]  float32  mask_mod true               (add score (index (buf 0) (add (sub q_idx kv_idx) 31)))  none   -      kept       score_mod/mask_mod reads a captured tensor at an index that depends on q_idx / kv_idx (a gather, not pointwise in cuDNN)""")
+1  flex_attention    test_cli_and_options.py:N in fn  flex  [1,2,32,8]  float32  mask_mod (ge q_idx kv_idx)  (mul (tanh (div score 20.0)) 20.0)                       none   -      reference
+2  flex_attention_1  test_cli_and_options.py:N in fn  flex  [1,2,32,8]  float32  mask_mod true               (add score (index (buf 0) (add (sub q_idx kv_idx) 31)))  none   -      kept       score_mod/mask_mod reads a captured tensor at an index that depends on q_idx / kv_idx (a gather, not pointwise in cuDNN)""")
