@@ -125,19 +125,25 @@ def run_flex(shape: tuple[int, int, int, int], iters: int, log: Callable[[str], 
         torch._dynamo.reset()
         for impl, f in (("te_compile", torch.compile(fn, backend="te_compile", fullgraph=True)),
                         ("torch.compile flex (inductor)", torch.compile(fn, fullgraph=True))):
-            t0 = time.perf_counter()
-            try:
-                fwd, bwd = measure(f, args, grads_of, iters)
-            except Exception as e:  # noqa: BLE001
-                log(f"  {name:26s} {impl:30s} n/a ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
-                rows.append({"case": name, "impl": impl, "fwd_ms": None, "bwd_ms": None})
-                continue
-            row = {"case": name, "impl": impl, "fwd_ms": fwd, "bwd_ms": bwd,
-                   "fwd_tflops": flops / fwd / 1e9, "bwd_tflops": 2.5 * flops / bwd / 1e9}
-            rows.append(row)
-            log(f"  {name:26s} {impl:30s} fwd {fwd:7.3f} ms {row['fwd_tflops']:6.0f} TF/s | "
-                f"bwd {bwd:7.3f} ms {row['bwd_tflops']:6.0f} TF/s  ({time.perf_counter() - t0:.1f}s)")
+            rows.append(_measure_row(name, impl, f, args, grads_of, flops, iters, log))
     return rows
+
+
+def _measure_row(name: str, impl: str, f: Callable, args: list, grads_of: list[int], flops: float, iters: int,
+                 log: Callable[[str], None], ctx=None) -> dict:
+    """One table row; an implementation that refuses the case is an n/a row, not a failure."""
+    t0 = time.perf_counter()
+    try:
+        with ctx or contextlib.nullcontext():
+            fwd, bwd = measure(f, args, grads_of, iters)
+    except Exception as e:  # noqa: BLE001
+        log(f"  {name:26s} {impl:30s} n/a ({type(e).__name__}: {str(e).splitlines()[0][:100]})")
+        return {"case": name, "impl": impl, "fwd_ms": None, "bwd_ms": None}
+    row = {"case": name, "impl": impl, "fwd_ms": fwd, "bwd_ms": bwd,
+           "fwd_tflops": flops / fwd / 1e9, "bwd_tflops": 2.5 * flops / bwd / 1e9}
+    log(f"  {name:26s} {impl:30s} fwd {fwd:7.3f} ms {row['fwd_tflops']:6.0f} TF/s | "
+        f"bwd {bwd:7.3f} ms {row['bwd_tflops']:6.0f} TF/s  ({time.perf_counter() - t0:.1f}s)")
+    return row
 
 
 def speedups(rows: list[dict]) -> str:
@@ -178,19 +184,7 @@ def run(shape: tuple[int, int, int, int], iters: int, log: Callable[[str], None]
             impls.append((f"torch SDPA {b}", fn, b))
         for impl, f, backend in impls:
             ctx = sdpa_kernel([_BACKENDS[backend]]) if backend else contextlib.nullcontext()
-            t0 = time.perf_counter()
-            try:
-                with ctx:
-                    fwd, bwd = measure(f, args, grads_of, iters)
-            except Exception as e:  # noqa: BLE001 - a backend that refuses the case is a table entry
-                log(f"  {name:20s} {impl:26s} n/a ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
-                rows.append({"case": name, "impl": impl, "fwd_ms": None, "bwd_ms": None})
-                continue
-            row = {"case": name, "impl": impl, "fwd_ms": fwd, "bwd_ms": bwd,
-                   "fwd_tflops": flops / fwd / 1e9, "bwd_tflops": 2.5 * flops / bwd / 1e9}
-            rows.append(row)
-            log(f"  {name:20s} {impl:26s} fwd {fwd:7.3f} ms {row['fwd_tflops']:6.0f} TF/s | "
-                f"bwd {bwd:7.3f} ms {row['bwd_tflops']:6.0f} TF/s  ({time.perf_counter() - t0:.1f}s)")
+            rows.append(_measure_row(name, impl, f, args, grads_of, flops, iters, log, ctx))
     return rows
 
 
