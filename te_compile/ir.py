@@ -514,3 +514,52 @@ def _simplify(e: Expr) -> Expr:
             if folded.op != op or folded.args != args:
                 return folded
     return Expr(op, args, value=e.value, dtype=e.dtype)
+
+
+# --------------------------------------------------------------------------- additive split
+
+def buffers_used(e: Expr) -> set[int]:
+    """Indices i of the captured tensors ``(buf i)`` that ``e`` reads."""
+    if e.op == "buf":
+        return {int(e.value)}
+    out: set[int] = set()
+    for a in e.args:
+        out |= buffers_used(a)
+    return out
+
+
+def split_additive(e: Expr) -> tuple[Optional[Expr], Optional[Expr]]:
+    """Write ``e`` as ``f + g`` where g collects the additive terms that do not read ``score``.
+
+    Returns (f, g); f is None when no term reads score (the score_mod replaces the score), g is
+    None when every term does. Only the top-level chain of ``add`` / ``sub`` is split (that is
+    what "additive" means here); anything else stays inside f.
+    """
+    terms: list[tuple[int, Expr]] = []
+
+    def flat(x: Expr, sign: int) -> None:
+        if x.op == "add":
+            flat(x.args[0], sign)
+            flat(x.args[1], sign)
+        elif x.op == "sub":
+            flat(x.args[0], sign)
+            flat(x.args[1], -sign)
+        elif x.op == "neg":
+            flat(x.args[0], -sign)
+        else:
+            terms.append((sign, x))
+
+    flat(e, 1)
+
+    def total(ts: list[tuple[int, Expr]]) -> Optional[Expr]:
+        out: Optional[Expr] = None
+        for sign, t in ts:
+            if out is None:
+                out = t if sign > 0 else Expr("neg", (t,))
+            else:
+                out = Expr("add" if sign > 0 else "sub", (out, t))
+        return out
+
+    f = total([t for t in terms if "score" in t[1].leaves()])
+    g = total([t for t in terms if "score" not in t[1].leaves()])
+    return f, g

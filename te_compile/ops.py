@@ -262,4 +262,22 @@ def bh_input(q: Tensor, term: str, *bufs: Tensor) -> Tensor:
     return r.contiguous()
 
 
-__all__ = ["attn_fwd", "attn_bwd", "mask_to_bias", "bh_input", "like_layout_strides"]
+def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor) -> Tensor:
+    """An additive score_mod term that gathers from captured tensors (``table[h, q_idx - kv_idx]``)
+    as a [B|1, H|1, L, S] bias in q's dtype, computed by ordinary torch ops in the graph, so
+    autograd carries dBias back to the table through the gather.
+
+    Inserted by the flex rewrite; the attention op then adds it after the score_mod (flex's
+    ``score_mod(s) = f(s) + g`` becomes ``f`` in cuDNN plus this bias)."""
+    from .reference import index_env
+
+    env = {**index_env(q, k), "bufs": list(bufs)}
+    r = ir.evaluate(ir.parse(term), env).to(torch.float32)
+    while r.dim() < 4:
+        r = r.unsqueeze(0)
+    B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    r = r.expand(r.shape[0] if r.shape[0] == B else 1, r.shape[1] if r.shape[1] == H else 1, L, S)
+    return r.to(q.dtype).contiguous()
+
+
+__all__ = ["attn_fwd", "attn_bwd", "mask_to_bias", "bh_input", "materialize_bias", "like_layout_strides"]

@@ -88,3 +88,17 @@ def test_bias_grad_matches_eager(learned):
         torch.testing.assert_close(got, b.grad, rtol=1e-5, atol=1e-5)
     else:
         assert got is None and b.grad is None
+
+
+def test_flex_table_bias_requests_dbias_only_when_the_table_is_learned(monkeypatch):
+    import torch.nn.attention.flex_attention as fa
+    from torch.nn.attention.flex_attention import flex_attention
+
+    monkeypatch.setattr(fa, "_validate_device", lambda *a, **k: None)
+    for learned, flag in ((True, "True"), (False, "False")):
+        table = torch.randn(2, 15, requires_grad=learned)
+
+        def fn(q, k, v):
+            return flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: s + table[h, q_ - kv + 7])
+        g = _backward_graphs(fn, *_qkv())
+        assert _need_dbias_flags(g["bw"][0]) == [flag]

@@ -109,11 +109,37 @@ def _reasons(fn, *args):
     return [(d.target, d.reason) for d in te_compile.explain(fn, *args, target="reference").decisions]
 
 
-def test_gather_by_position_is_kept():
+def test_non_additive_gather_is_kept():
     table = torch.randn(2 * L - 1)
-    fn = lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: s + table[q_ - kv + L - 1])  # noqa: E731
+    fn = lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: s * table[q_ - kv + L - 1])  # noqa: E731
     ((target, why),) = _reasons(fn, *[a.detach() for a in _inputs()])
-    assert target == "kept" and "gather" in why
+    assert target == "kept" and "gather" in why and "not score-independent-additive" in why
+
+
+@pytest.mark.parametrize("learned", [True, False])
+def test_relative_position_table_becomes_a_bias(learned):
+    """score + table[h, q - kv] (T5 / ALiBi-table style): f = score runs in the kernel, the
+    gather is materialized as a bias, and the table gets its gradient through the gather."""
+    table = (torch.randn(H, 2 * L - 1, dtype=torch.float64) * 0.5).requires_grad_(learned)
+    bm = create_block_mask(MASK_MODS["causal"], 1, 1, L, L, device="cpu", BLOCK_SIZE=8)
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, block_mask=bm, return_lse=True,
+                              score_mod=lambda s, b, h, q_, kv: 20.0 * torch.tanh(s / 20.0) + table[h, q_ - kv + L - 1])
+    report = te_compile.explain(fn, *_inputs(), target="reference")
+    (d,) = report.decisions
+    assert d.target == "reference" and d.dbias == ("yes (table needs grad)" if learned else "no (table frozen)")
+    assert "materialize_bias" in report.code()
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
+    got = _run(compiled, _inputs())
+    table_grad = table.grad.clone() if learned else None
+    if learned:
+        table.grad = None
+    want = _run(fn, _inputs())
+    for a, b in zip(got[:2] + tuple(got[2]), want[:2] + tuple(want[2])):
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-7)
+    if learned:
+        torch.testing.assert_close(table_grad, table.grad, rtol=1e-7, atol=1e-7)
 
 
 def test_captured_tensor_that_needs_grad_is_kept():

@@ -15,6 +15,7 @@ graph input, and again at run time per BlockMask).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import operator
@@ -24,7 +25,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from .. import ir
-from ..ops import bh_input
+from ..ops import bh_input, materialize_bias
 from ..spec import AttentionSpec
 from .find import AttentionSite, example_value
 from .grad import site_grads
@@ -69,18 +70,39 @@ def decide_flex(site: AttentionSite, target: str, checker, keep, Decision) -> An
         return keep(site, mask, **kw)
     out = example_value(site.node)
     grad_on = out is None or bool(getattr(out, "requires_grad", False)) or grads.any
-    for node, val in zip(list(sb) + list(mb), score_vals + mask_vals):
-        if val.requires_grad and grad_on:
-            name = node.name if isinstance(node, Node) else "?"
-            return keep(site, f"captured tensor {name} requires grad: te_compile does not compute gradients "
-                              "for score_mod tensors yet", **kw)
+    bufs = list(sb) + list(mb)
+    learned = {i for i, val in enumerate(score_vals + mask_vals) if val.requires_grad and grad_on}
     score, mask = ir.simplify(score), ir.simplify(mask)
     kw["mask"] = mask_desc = f"mask_mod {mask}"
     kw["score"] = "" if score == ir.Expr.leaf("score") else str(score)
+    bias_term = None
     try:
+        if learned & ir.buffers_used(score):
+            raise ir.NotPointwise("reads a captured tensor that requires grad")
         (score_x, mask_x), terms = ir.extract_bh_terms(score, mask)
     except ir.NotPointwise as e:
-        return keep(site, f"score_mod/mask_mod {e}", **kw)
+        # score_mod = f(score, ...) + g(b, h, q_idx, kv_idx, captured): f runs in cuDNN, g becomes
+        # a bias computed by torch in the graph (autograd then carries dBias to the tables)
+        f, g = ir.split_additive(score)
+        if f is None or g is None or ir.buffers_used(f) & learned:
+            return keep(site, f"score_mod/mask_mod {e}, and the score_mod is not score-independent-additive "
+                              "(f(score) + g(indices, tables)), so it cannot become a bias", **kw)
+        try:
+            (score_x, mask_x), terms = ir.extract_bh_terms(f, mask)
+        except ir.NotPointwise as e2:
+            return keep(site, f"score_mod/mask_mod {e2}", **kw)
+        bias_term = g
+    for i in sorted(learned):
+        if bias_term is None or i not in ir.buffers_used(bias_term) or i in ir.buffers_used(mask):
+            name = bufs[i].name if isinstance(bufs[i], Node) else "?"
+            return keep(site, f"captured tensor {name} requires grad: te_compile computes gradients for captured "
+                              "tensors only in an additive score_mod term", **kw)
+    needs_dbias = bias_term is not None and bool(learned & ir.buffers_used(bias_term))
+    if bias_term is not None:
+        why = _bias_too_big(q, k, bias_term)
+        if why:
+            return keep(site, why, **kw)
+        kw["grads"] = grads = dataclasses.replace(grads, bias=needs_dbias)
     if ir.kind_of(mask_x) != "bool":
         return keep(site, f"mask_mod returns a {ir.kind_of(mask_x)}, not a bool", **kw)
     for user in site.node.users:
@@ -116,12 +138,32 @@ def decide_flex(site: AttentionSite, target: str, checker, keep, Decision) -> An
                          mask_mod="" if mask_x.is_const(True) else str(mask_x),
                          n_inputs=len(terms), block=block)
     if impl == "cudnn" and checker is not None:
-        why = checker(q, k, v, None, spec, grads.any, False)
+        bias_like = None
+        if bias_term is not None:
+            bias_like = torch.empty((1, q.shape[1], q.shape[2], k.shape[2]), dtype=q.dtype, device="meta")
+        why = checker(q, k, v, bias_like, spec, grads.any, needs_dbias)
         if why:
             return keep(site, why, **kw)
     d = Decision(site=site, rewrite=True, reason="", target=impl, spec=spec, **kw)
-    d.plan = {"terms": [str(t) for t in terms], "buffers": list(sb) + list(mb), "block_nodes": block_nodes}
+    d.plan = {"terms": [str(t) for t in terms], "buffers": bufs, "block_nodes": block_nodes,
+              "bias_term": None if bias_term is None else str(bias_term)}
     return d
+
+
+#: largest bias te_compile materializes for an additive score_mod term (bytes); larger keeps the node
+MAX_BIAS_BYTES = 2 << 30
+
+
+def _bias_too_big(q, k, g: ir.Expr) -> Optional[str]:
+    try:
+        B = int(q.shape[0]) if "b" in g.leaves() else 1
+        n = B * int(q.shape[1]) * int(q.shape[2]) * int(k.shape[2]) * q.element_size()
+    except (TypeError, ValueError):
+        return None  # symbolic sizes: not checked at compile time
+    if n > MAX_BIAS_BYTES:
+        return (f"the additive score_mod term would be materialized as a {n / 2**30:.1f} GiB bias "
+                f"(limit te_compile.passes.flex.MAX_BIAS_BYTES = {MAX_BIAS_BYTES / 2**30:.0f} GiB)")
+    return None
 
 
 def _compile_time_block_check(site, mask_x, terms, q, k, qb, kb, block_nodes, has_full) -> Optional[str]:
@@ -149,8 +191,12 @@ def apply_flex(gm: GraphModule, decision: Any) -> None:
             node = graph.call_function(bh_input, (site.q, term, *plan["buffers"]))
             node.meta.update(meta)
             inputs.append(node)
+        bias = None
+        if plan.get("bias_term"):
+            bias = graph.call_function(materialize_bias, (site.q, site.k, plan["bias_term"], *plan["buffers"]))
+            bias.meta.update(meta)
         call = graph.call_function(torch.ops.te_compile.attn_fwd.default,
-                                   (site.q, site.k, site.v, None, inputs + plan["block_nodes"], spec.key()))
+                                   (site.q, site.k, site.v, bias, inputs + plan["block_nodes"], spec.key()))
         call.meta.update(meta)
         out = graph.call_function(operator.getitem, (call, 0))
         lse = graph.call_function(operator.getitem, (call, 1))

@@ -56,7 +56,11 @@ class Decision:
 
     @property
     def dbias(self) -> str:
-        if self.grads is None or self.mask in ("none", "causal") or self.site.kind == "flex":
+        if self.site.kind == "flex":
+            if not (self.plan and self.plan.get("bias_term")):
+                return "-"
+            return "yes (table needs grad)" if self.grads and self.grads.bias else "no (table frozen)"
+        if self.grads is None or self.mask in ("none", "causal"):
             return "-"
         if self.mask.startswith("bool"):
             return "no (bool mask)"
