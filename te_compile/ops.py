@@ -272,7 +272,9 @@ def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor) -> Tensor:
     from .reference import index_env
 
     env = {**index_env(q, k), "bufs": list(bufs)}
-    r = ir.evaluate(ir.parse(term), env).to(torch.float32)
+    r = ir.evaluate(ir.parse(term), env)
+    if not r.is_floating_point():
+        r = r.to(torch.float32)
     while r.dim() < 4:
         r = r.unsqueeze(0)
     B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
