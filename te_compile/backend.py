@@ -24,6 +24,25 @@ log = logging.getLogger("te_compile")
 INNER_COMPILERS = ("inductor", "aot_eager", "eager")
 
 
+def _guard_requires_grad_flips() -> None:
+    """Recompile when a parameter's requires_grad flips after compiling.
+
+    The backward graph bakes need_dbias in as a literal (from ``ctx.needs_input_grad`` at trace
+    time). On torch 2.11 Dynamo skips tensor guards on nn.Module parameters whose dict tags match,
+    so ``bias.requires_grad_(True)`` after compiling does not recompile: the stale graph would
+    return no gradient for a now-learned bias (or compute dBias for a now-frozen one). Turning
+    the skip off restores the requires_grad guard (verified on 2.11 in the planning notes; 2.13
+    guards it either way). Set when te_compile is imported, i.e. before Dynamo traces anything
+    for a te_compile backend.
+    """
+    cfg = torch._dynamo.config
+    if getattr(cfg, "skip_tensor_guards_with_matching_dict_tags", False):
+        cfg.skip_tensor_guards_with_matching_dict_tags = False
+
+
+_guard_requires_grad_flips()
+
+
 @dataclasses.dataclass
 class GraphReport:
     """The decisions taken for one Dynamo graph and its code after the rewrite."""

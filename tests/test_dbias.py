@@ -102,3 +102,33 @@ def test_flex_table_bias_requests_dbias_only_when_the_table_is_learned(monkeypat
             return flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: s + table[h, q_ - kv + 7])
         g = _backward_graphs(fn, *_qkv())
         assert _need_dbias_flags(g["bw"][0]) == [flag]
+
+
+@pytest.mark.parametrize("start_learned", [False, True])
+def test_requires_grad_flip_after_compiling(start_learned):
+    """Flipping a parameter's requires_grad after compiling must neither lose its gradient nor keep
+    computing one: te_compile turns Dynamo's dict-tag guard skip off (stale on torch 2.11)."""
+    import te_compile
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.randn(1, 2, 8, 8), requires_grad=start_learned)
+
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias)
+
+    m = M()
+    compiled = torch.compile(m, backend=te_compile.backend(inner="aot_eager", target="reference"))
+    q, k, v = _qkv()
+    for learned in (start_learned, not start_learned, start_learned):
+        m.bias.requires_grad_(learned)
+        m.bias.grad = None
+        compiled(q, k, v).sum().backward()
+        if learned:
+            assert m.bias.grad is not None
+            want = torch.autograd.grad(m(q, k, v).sum(), m.bias)[0]
+            torch.testing.assert_close(m.bias.grad, want, rtol=1e-5, atol=1e-5)
+        else:
+            assert m.bias.grad is None
+    assert torch._dynamo.config.skip_tensor_guards_with_matching_dict_tags is False
