@@ -49,7 +49,10 @@ def _real(n: Any) -> Optional[torch.Tensor]:
     return ex if isinstance(ex, torch.Tensor) and not isinstance(ex, torch._subclasses.FakeTensor) else None
 
 
-def decide_flex(site: AttentionSite, target: str, checker, keep, Decision) -> Any:
+def decide_flex(site: AttentionSite, target: str, checker) -> Any:
+    """The Decision for a flex site (see the module docstring for what is served)."""
+    from .rewrite import Decision, _keep as keep
+
     q, k, v = example_value(site.q), example_value(site.k), example_value(site.v)
     grads = site_grads(site)
     if q is None or k is None or v is None:

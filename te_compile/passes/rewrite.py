@@ -102,7 +102,7 @@ def decide(site: AttentionSite, target: str = "auto", checker: Optional[Checker]
         return _keep(site, site.problem, mask=mask_desc)
     if site.kind == "flex":
         from .flex import decide_flex
-        return decide_flex(site, target, checker, _keep, Decision)
+        return decide_flex(site, target, checker)
     q, k, v = example_value(site.q), example_value(site.k), example_value(site.v)
     if q is None or k is None or v is None:
         return _keep(site, "q/k/v have no example values in the graph", mask=mask_desc)
