@@ -52,11 +52,9 @@ def mismatch(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: in
     nq, nk = -(-L // qb), -(-S // kb)
     if kv_num.shape[-1] != nq:
         return f"the BlockMask has {kv_num.shape[-1]} query blocks, the call needs {nq}"
-    grids = {"b": torch.arange(B, device=device, dtype=torch.int32).view(-1, 1, 1, 1),
-             "h": torch.arange(H, device=device, dtype=torch.int32).view(1, -1, 1, 1),
-             "q_idx": torch.arange(L, device=device, dtype=torch.int32).view(1, 1, -1, 1),
-             "kv_idx": torch.arange(S, device=device, dtype=torch.int32).view(1, 1, 1, -1),
-             "inputs": list(inputs)}
+    from .reference import index_grids
+
+    grids = {**index_grids(B, H, L, S, device), "inputs": list(inputs)}
     elem = ir.evaluate(mask_expr, grids).to(torch.bool)
     while elem.dim() < 4:
         elem = elem.unsqueeze(0)

@@ -56,7 +56,10 @@ def attn_fwd(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], extra: lis
              spec: str) -> tuple[Tensor, Tensor]:
     """Attention forward (reference kernel; CUDA has its own registration)."""
     s = AttentionSpec.from_key(spec)
-    inputs = _inputs(s, q, k, extra)
+    return _reference_forward(q, k, v, bias, s, _inputs(s, q, k, extra))
+
+
+def _reference_forward(q, k, v, bias, s: AttentionSpec, inputs: list[Tensor]) -> tuple[Tensor, Tensor]:
     out, lse = reference.attention_forward(q, k, v, bias, s, inputs)
     return _place_out(out, q, v), lse.to(_lse_dtype(q)).contiguous()
 
@@ -123,8 +126,7 @@ def _attn_fwd_cuda(q, k, v, bias, extra, spec):
             if s.verify:
                 _verify_forward(spec, s, q, k, v, bias, inputs, out, lse)
             return out, lse
-    out, lse = reference.attention_forward(q, k, v, bias, s, inputs)
-    return _place_out(out, q, v), lse.to(_lse_dtype(q)).contiguous()
+    return _reference_forward(q, k, v, bias, s, inputs)
 
 
 # --------------------------------------------------------------------------- backward
@@ -253,9 +255,7 @@ def bh_input(q: Tensor, term: str, *bufs: Tensor) -> Tensor:
 
     Inserted into the graph by the rewrite pass; runs as ordinary torch ops, so it is exact.
     """
-    env = {"b": torch.arange(q.shape[0], device=q.device, dtype=torch.int32).view(-1, 1, 1, 1),
-           "h": torch.arange(q.shape[1], device=q.device, dtype=torch.int32).view(1, -1, 1, 1),
-           "bufs": list(bufs)}
+    env = {**reference.index_grids(q.shape[0], q.shape[1], 1, 1, q.device), "bufs": list(bufs)}
     r = ir.evaluate(ir.parse(term), env).to(torch.float32)
     while r.dim() < 4:
         r = r.unsqueeze(0)
@@ -269,9 +269,7 @@ def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor) -> Tensor:
 
     Inserted by the flex rewrite; the attention op then adds it after the score_mod (flex's
     ``score_mod(s) = f(s) + g`` becomes ``f`` in cuDNN plus this bias)."""
-    from .reference import index_env
-
-    env = {**index_env(q, k), "bufs": list(bufs)}
+    env = {**reference.index_env(q, k), "bufs": list(bufs)}
     r = ir.evaluate(ir.parse(term), env)
     if not r.is_floating_point():
         r = r.to(torch.float32)

@@ -35,15 +35,18 @@ def _expand_kv(t: Tensor, hq: int) -> Tensor:
     return t.repeat_interleave(hq // hk, dim=1)
 
 
-def index_env(q: Tensor, k: Tensor, extra: Sequence[Tensor] = ()) -> dict:
-    """ScoreExpr leaves as broadcastable int32 grids over [B, Hq, L, S], plus the extra inputs."""
-    B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-
+def index_grids(B: int, H: int, L: int, S: int, device: torch.device) -> dict:
+    """The ScoreExpr index leaves b, h, q_idx, kv_idx as broadcastable int32 grids over [B, H, L, S]."""
     def grid(n: int, dim: int) -> Tensor:
         shape = [1, 1, 1, 1]
         shape[dim] = n
-        return torch.arange(n, dtype=torch.int32, device=q.device).view(shape)
-    return {"b": grid(B, 0), "h": grid(H, 1), "q_idx": grid(L, 2), "kv_idx": grid(S, 3), "inputs": list(extra)}
+        return torch.arange(n, dtype=torch.int32, device=device).view(shape)
+    return {"b": grid(B, 0), "h": grid(H, 1), "q_idx": grid(L, 2), "kv_idx": grid(S, 3)}
+
+
+def index_env(q: Tensor, k: Tensor, extra: Sequence[Tensor] = ()) -> dict:
+    """index_grids for a call's q / k, plus the extra ``(in i)`` inputs."""
+    return {**index_grids(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.device), "inputs": list(extra)}
 
 
 def _raw_scores(q: Tensor, k: Tensor, spec: AttentionSpec) -> Tensor:
