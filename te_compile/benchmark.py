@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
-def _median_ms(fn: Callable[[], object], iters: int, warmup: int = 5) -> float:
+def _median_ms(fn: Callable[[], object], iters: int, warmup: int = 25) -> float:
     """Median device time per call, calls issued back to back (as in a training loop).
 
     Each call sits between two CUDA events and nothing synchronizes inside the loop, so the

@@ -93,7 +93,8 @@ class _Verified:
         self.checks = 0
 
     def check(self, key_tensors: Sequence[Tensor], extra_key: tuple, run) -> Optional[str]:
-        key = tuple((t.data_ptr(), tuple(t.shape), t.stride(), t._version, t.device) for t in key_tensors) + extra_key
+        # data pointers are unique across devices in one process (CUDA unified addressing)
+        key = tuple([(t.data_ptr(), t._version, t.shape, t.stride()) for t in key_tensors]) + extra_key
         if key in self._seen:
             return self._seen[key]
         why = run()

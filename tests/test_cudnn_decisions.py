@@ -111,3 +111,47 @@ def test_emission_support_reasons():
         assert unsupported_reason(AttentionSpec(score=e, source="flex")) is None, e
     assert "erf" in unsupported_reason(AttentionSpec(score="(add score (erf score))", source="flex"))
     assert "pow" in unsupported_reason(AttentionSpec(score="(pow 2.0 score)", source="flex"))
+
+
+@pytest.mark.parametrize("score,mask,plan", [
+    # softcap + causal: mask first, min() restores -inf (softcap(-inf) = -30), bprop without select
+    ("(mul (tanh (div score 30.0)) 30.0)", "(ge q_idx kv_idx)", "min"),
+    ("(add score (mul (in 0) (sub kv_idx q_idx)))", "(ge q_idx kv_idx)", "plain"),  # f(-inf) = -inf
+    ("(mul score 2.0)", "(le kv_idx q_idx)", "plain"),  # integer constant derivative: RUNTIME_PARAM
+    ("(mul score 0.5)", "(ge q_idx kv_idx)", None),  # non-integer constant derivative: no engine
+    ("(mul score score)", "(ge q_idx kv_idx)", None),  # f'(-inf) = -inf: 0 * inf would be NaN
+    ("(exp score)", "(ge q_idx kv_idx)", "min"),  # exp(-inf) = 0, exp'(-inf) = 0
+    ("(sin score)", "(ge q_idx kv_idx)", None),  # sin(-inf) is NaN
+    ("(mul (tanh (div score 30.0)) 30.0)", "(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 10))", None),  # compound
+    ("(mul (tanh (div score 30.0)) 30.0)", "(ge q_idx 5)", None),  # index vs constant
+])
+def test_mask_first_plan(score, mask, plan):
+    from te_compile.cudnn.emit import BIG, constants, mask_first
+    spec = AttentionSpec(score=score, mask_mod=mask, source="flex")
+    p = mask_first(spec)
+    assert (p is None) == (plan is None)
+    if p is not None:
+        assert p.needs_min == (plan == "min")
+        assert (BIG in constants(spec)) == p.needs_min
+
+
+@pytest.mark.parametrize("expr,want", [
+    ("score", "-inf"), ("(mul score 2.0)", "-inf"), ("(mul score -2.0)", "+inf"), ("(tanh score)", "fin"),
+    ("(add score (in 0))", "-inf"), ("(sub (in 0) score)", "+inf"), ("(mul score (in 0))", "nan"),
+    ("(add score (neg score))", "nan"), ("(exp (neg score))", "+inf"), ("(pow score 2)", "+inf"),
+    ("(pow score 3)", "-inf"), ("(pow score -1)", "fin"), ("(max score 0.0)", "fin"), ("(min score 0.0)", "-inf"),
+    ("(div 1.0 score)", "fin"), ("(log score)", "nan"), ("(where (ge q_idx kv_idx) score 0.0)", "nan"),
+    ("(sigmoid score)", "fin"), ("(mul (in 0) (sub q_idx kv_idx))", "fin"),
+])
+def test_at_neg_inf(expr, want):
+    from te_compile import ir
+    from te_compile.cudnn.emit import at_neg_inf
+    assert at_neg_inf(ir.parse(expr)) == want
+    # cross-check with float arithmetic where the answer is a plain number
+    env = {"score": torch.tensor(float("-inf")), "q_idx": torch.tensor(3), "kv_idx": torch.tensor(1),
+           "inputs": [torch.tensor(0.7)]}
+    got = ir.evaluate(ir.parse(expr), env).float()
+    if want == "fin":
+        assert torch.isfinite(got)
+    elif want in ("-inf", "+inf"):
+        assert got.item() == float(want)
