@@ -115,6 +115,69 @@ def flex_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
     ]
 
 
+def bias_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
+    """Issue 4's cases: (name, [(impl, fn or compiled, args, grads_of, sdpa backend or None)])."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=dtype, generator=g).requires_grad_() for _ in range(3))
+    frozen = torch.randn(1, H, L, L, device="cuda", dtype=dtype, generator=g) * 0.5
+    learned = frozen.clone().requires_grad_()
+    table = (torch.randn(H, 2 * L - 1, device="cuda", generator=g) * 0.5).requires_grad_()
+    rel = torch.arange(L, device="cuda")[:, None] - torch.arange(L, device="cuda")[None, :] + L - 1
+
+    def sdpa_bias(q, k, v, b):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=b)
+
+    def flex_table(q, k, v, table):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: s + table[h, q_ - kv + L - 1])
+
+    def sdpa_table(q, k, v, table):  # the table gathered into a dense bias by torch, then SDPA
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=table[:, rel].to(q.dtype).unsqueeze(0))
+
+    def impls(fn, args, grads_of, backends, flex=False):
+        out = [("te_compile", torch.compile(fn, backend="te_compile", fullgraph=True), args, grads_of, None),
+               ("torch.compile flex (inductor)" if flex else "torch.compile (inductor)",
+                torch.compile(fn, fullgraph=True), args, grads_of, None)]
+        return out + [(f"torch SDPA {b}", sdpa_table if flex else fn, args, grads_of, b) for b in backends]
+
+    return [
+        ("frozen float bias", impls(sdpa_bias, [q, k, v, frozen], [0, 1, 2], ["cudnn", "efficient"])),
+        ("learned float bias", impls(sdpa_bias, [q, k, v, learned], [0, 1, 2, 3], ["efficient"])),
+        ("learned rel-pos table", impls(flex_table, [q, k, v, table], [0, 1, 2, 3], ["efficient"], flex=True)),
+    ]
+
+
+def run_bias(shape: tuple[int, int, int, int], iters: int, log: Callable[[str], None]) -> list[dict]:
+    import te_compile  # noqa: F401
+
+    B, H, L, D = shape
+    rows = []
+    for name, impls in bias_cases(B, H, L, D, torch.bfloat16):
+        torch._dynamo.reset()
+        for impl, f, args, grads_of, backend in impls:
+            ctx = sdpa_kernel([_BACKENDS[backend]]) if backend else contextlib.nullcontext()
+            rows.append(_measure_row(name, impl, f, args, grads_of, 4.0 * B * H * L * L * D, iters, log, ctx))
+    return rows
+
+
+def bias_summary(rows: list[dict]) -> str:
+    """Issue 4's targets: frozen- vs learned-bias backward, learned rel-pos table vs Inductor flex."""
+    by = {(r["case"], r["impl"]): r for r in rows}
+    out = []
+    fz, ln = by.get(("frozen float bias", "te_compile")), by.get(("learned float bias", "te_compile"))
+    if fz and ln and fz["bwd_ms"] and ln["bwd_ms"]:
+        out.append(f"* te_compile frozen-bias backward {fz['bwd_ms']:.3f} ms vs learned-bias backward "
+                   f"{ln['bwd_ms']:.3f} ms: {100 * (1 - fz['bwd_ms'] / ln['bwd_ms']):.0f}% faster (target >= 20%)")
+    te, ind = by.get(("learned rel-pos table", "te_compile")), by.get(("learned rel-pos table",
+                                                                      "torch.compile flex (inductor)"))
+    if te and ind and te["fwd_ms"] and ind["fwd_ms"]:
+        out.append(f"* learned rel-pos table fwd+bwd: te_compile {te['fwd_ms'] + te['bwd_ms']:.3f} ms vs Inductor flex "
+                   f"{ind['fwd_ms'] + ind['bwd_ms']:.3f} ms: "
+                   f"{(ind['fwd_ms'] + ind['bwd_ms']) / (te['fwd_ms'] + te['bwd_ms']):.2f}x (target >= 1.3x)")
+    return "\n".join(out)
+
+
 def run_flex(shape: tuple[int, int, int, int], iters: int, log: Callable[[str], None]) -> list[dict]:
     import te_compile  # noqa: F401
 
@@ -222,7 +285,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--out", help="write the markdown table here")
     p.add_argument("--json", help="write the raw rows here")
-    p.add_argument("--suite", choices=["sdpa", "flex", "all"], default="all")
+    p.add_argument("--suite", choices=["sdpa", "flex", "bias", "all"], default="all",
+                   help="sdpa: SDPA forms; flex: flex_attention variants vs Inductor flex; "
+                        "bias: frozen/learned bias and a learned rel-pos table (issue 4); all: everything")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("te-compile bench: needs a CUDA GPU with cuDNN (this machine has none); "
@@ -235,9 +300,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     if a.suite in ("sdpa", "all"):
         rows += run(shape, a.iters, lambda s: print(s, flush=True))
     flex_rows = run_flex(shape, a.iters, lambda s: print(s, flush=True)) if a.suite in ("flex", "all") else []
-    table = to_markdown(rows + flex_rows)
+    bias_rows = run_bias(shape, a.iters, lambda s: print(s, flush=True)) if a.suite in ("bias", "all") else []
+    table = to_markdown(rows + flex_rows + bias_rows)
     if flex_rows:
         table += "\n\n" + speedups(flex_rows)
+    if bias_rows:
+        table += "\n\n" + bias_summary(bias_rows)
+    rows = rows + bias_rows
     print(table)
     if a.out:
         with open(a.out, "w") as f:

@@ -237,7 +237,9 @@ class _AttnFunction(torch.autograd.Function):
     def forward(ctx, keyset, q, k, v, bias, spec, *extra):
         with torch._C._AutoDispatchBelowAutograd():
             out, lse = _fwd_op.redispatch(keyset & torch._C._after_autograd_keyset, q, k, v, bias, list(extra), spec)
-        ctx.save_for_backward(q, k, v, out, lse, bias, *extra)
+        # the backward reads only the (in i) inputs of extra, not the BlockMask tensors after them
+        ctx.n_extra = len(extra)
+        ctx.save_for_backward(q, k, v, out, lse, bias, *extra[: AttentionSpec.from_key(spec).n_inputs])
         ctx.spec = spec
         ctx.mark_non_differentiable(lse)
         return out, lse
@@ -252,7 +254,7 @@ class _AttnFunction(torch.autograd.Function):
         need_dbias = bias is not None and bool(nig[4])
         dq, dk, dv, dbias = _bwd_op(dout, q, k, v, out, lse, bias, list(extra), ctx.spec, need_dbias)
         return (None, dq if nig[1] else None, dk if nig[2] else None, dv if nig[3] else None,
-                dbias if need_dbias else None, None, *([None] * len(extra)))
+                dbias if need_dbias else None, None, *([None] * ctx.n_extra))
 
 
 _IGNORED = torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)

@@ -38,9 +38,14 @@ MASK_MODS = {
     "sliding": lambda b, h, q, kv: (q >= kv) & (q - kv <= 100),
     "inverse_causal": lambda b, h, q, kv: q <= kv,
 }
+SCORE_MODS["half"] = lambda s, b, h, q, kv: s * 0.5
+SCORE_MODS["exp_score"] = lambda s, b, h, q, kv: torch.exp(s / 8.0)
+# mask-first emission (cudnn/emit.py): softcap/alibi/rel_bias/times_two/exp_score + causal;
+# half + causal keeps the mask after the score_mod (a non-integer constant derivative)
 CASES = [("none", "causal"), ("none", "sliding"), ("none", "inverse_causal"), ("softcap", "none"),
          ("softcap", "causal"), ("alibi_from_h", "none"), ("alibi_captured", "causal"), ("rel_bias", "none"),
-         ("times_two", "sliding"), ("trig", "none")]
+         ("times_two", "sliding"), ("trig", "none"), ("times_two", "causal"), ("rel_bias", "causal"),
+         ("half", "causal"), ("exp_score", "causal"), ("softcap", "inverse_causal")]
 
 
 def _run(fn, args, dout):
@@ -114,3 +119,59 @@ def test_learned_relative_position_table_on_cudnn():
     errs = {"out": rel_err(out, ref_out), "table": rel_err(got_table, table.grad)}
     errs.update({n: rel_err(a, b) for n, a, b in zip("qkv", grads, ref_grads)})
     assert max(errs.values()) <= TOL, errs
+
+
+@pytest.mark.parametrize("score", ["none", "softcap"])
+def test_bottom_right_causal(score):
+    """L != S with flex's bottom-right causal spelling ``q + (S - L) >= kv``: native band (right bound
+    S - L) without a score_mod, mask-first inside the score_mod with one."""
+    L, S = 128, 384
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, H, L, 64, device="cuda", generator=g, dtype=torch.bfloat16)
+    k, v = (torch.randn(2, H, S, 64, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(2))
+    dout = torch.randn(2, H, L, 64, device="cuda", generator=g)
+    mm = lambda b, h, q_, kv: q_ + (S - L) >= kv  # noqa: E731
+    bm = create_block_mask(mm, 1, 1, L, S, device="cuda")
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, score_mod=SCORE_MODS[score], block_mask=bm, return_lse=True)
+
+    torch._dynamo.reset()
+    report = te_compile.explain(fn, q, k, v)
+    assert [d.target for d in report.decisions] == ["cudnn"], str(report)
+    from te_compile.cudnn.emit import native_band
+    spec = report.decisions[0].spec
+    assert (native_band(spec) == (None, S - L)) == (score == "none"), spec
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        out, lse, grads = _run(compiled, [q, k, v], dout)
+    ref_out, ref_lse, ref_grads = _run(fn, [q.float(), k.float(), v.float()], dout)
+    errs = {"out": rel_err(out, ref_out), "lse": (lse - ref_lse).abs().max().item()}
+    errs.update({n: rel_err(a, b) for n, a, b in zip("qkv", grads, ref_grads)})
+    assert max(errs.values()) <= TOL * 2.5, errs
+
+
+def test_changed_constant_reuses_the_built_graph():
+    """softcap 30 then 20: the second runs the same cuDNN graphs (constants are pass-by-value
+    inputs), with its own value (numerics vs the reference math in float32)."""
+    from te_compile.cudnn import graphs
+    from te_compile.spec import AttentionSpec
+
+    L = 256
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, dout = (torch.randn(2, H, L, 64, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(4))
+    builds = []
+    for cap in (30.0, 20.0):
+        kw = dict(source="flex", score=f"(mul (tanh (div score {cap})) {cap})", mask_mod="(ge q_idx kv_idx)")
+        spec, ref = AttentionSpec(**kw).key(), AttentionSpec(impl="reference", **kw).key()
+        before = graphs.cache.builds
+        out, lse = torch.ops.te_compile.attn_fwd(q, k, v, None, [], spec)
+        got = torch.ops.te_compile.attn_bwd(dout, q, k, v, out, lse, None, [], spec, False)
+        builds.append(graphs.cache.builds - before)
+        f = [t.float() for t in (q, k, v, dout)]
+        ref_out, ref_lse = torch.ops.te_compile.attn_fwd(f[0], f[1], f[2], None, [], ref)
+        want = torch.ops.te_compile.attn_bwd(f[3], f[0], f[1], f[2], ref_out, ref_lse, None, [], ref, False)
+        errs = [rel_err(out.float(), ref_out)] + [rel_err(a.float(), b) for a, b in zip(got[:3], want[:3])]
+        assert max(errs) <= TOL, (cap, errs)
+    assert builds[1] == 0, builds

@@ -94,6 +94,9 @@ def test_check_accepts_supported_shapes_with_and_without_dbias():
     ("(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 5))", (6, 0)),
     ("(and (ge q_idx kv_idx) (lt (sub q_idx kv_idx) 1024))", (1024, 0)),
     ("(le q_idx kv_idx)", None),  # inverse causal: in-graph mask
+    ("(ge (add q_idx 256) kv_idx)", (None, 256)),  # bottom-right causal for S - L = 256
+    ("(and (ge (add q_idx 8) kv_idx) (le (sub q_idx kv_idx) 5))", (6, 8)),
+    ("(gt q_idx kv_idx)", None),  # strictly causal: right of the diagonal excluded, in-graph mask
     ("(and (ge q_idx kv_idx) (eq (rem q_idx 2) 0))", None),
 ])
 def test_native_band_recognition(mask, band):
@@ -124,6 +127,8 @@ def test_emission_support_reasons():
     ("(sin score)", "(ge q_idx kv_idx)", None),  # sin(-inf) is NaN
     ("(mul (tanh (div score 30.0)) 30.0)", "(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 10))", None),  # compound
     ("(mul (tanh (div score 30.0)) 30.0)", "(ge q_idx 5)", None),  # index vs constant
+    ("(mul (tanh (div score 30.0)) 30.0)", "(ge (add q_idx 256) kv_idx)", None),  # offset: cuDNN skips wrongly
+    ("(mul (tanh (div score 30.0)) 30.0)", "(le q_idx kv_idx)", "min"),  # inverse causal
 ])
 def test_mask_first_plan(score, mask, plan):
     from te_compile.cudnn.emit import BIG, constants, mask_first
@@ -155,3 +160,26 @@ def test_at_neg_inf(expr, want):
         assert torch.isfinite(got)
     elif want in ("-inf", "+inf"):
         assert got.item() == float(want)
+
+
+def test_graph_structure_ignores_constant_values():
+    """Specs that differ only in pass-by-value constants share one built cuDNN graph (cache key)."""
+    from te_compile.cudnn.emit import constants, structure
+    from te_compile.cudnn.graphs import _graph_spec
+
+    def softcap(c):
+        return AttentionSpec(source="flex", score=f"(mul (tanh (div score {c})) {c})", mask_mod="(ge q_idx kv_idx)")
+
+    assert constants(softcap(30.0)) != constants(softcap(50.0))
+    assert _graph_spec(softcap(30.0)) == _graph_spec(softcap(50.0))
+    # a different structure: another op, a constant that becomes 1 (no multiply), two distinct constants
+    other = [AttentionSpec(source="flex", score="(mul (sigmoid (div score 30.0)) 30.0)", mask_mod="(ge q_idx kv_idx)"),
+             AttentionSpec(source="flex", score="(mul (tanh (div score 30.0)) 50.0)", mask_mod="(ge q_idx kv_idx)"),
+             AttentionSpec(source="flex", score="(mul (tanh (div score 30.0)) 30.0)")]
+    for s in other:
+        assert structure(s) != structure(softcap(30.0)), s.score
+    assert structure(AttentionSpec(source="flex", score="(mul score 1.0)")) != \
+        structure(AttentionSpec(source="flex", score="(mul score 2.0)"))
+    # native masks keep their bounds in the key
+    w = [AttentionSpec(source="flex", mask_mod=f"(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) {n}))") for n in (8, 9)]
+    assert _graph_spec(w[0]) != _graph_spec(w[1])

@@ -31,7 +31,7 @@ import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 
 from ..layout import contiguous_strides, like_layout_strides
 from ..spec import AttentionSpec
-from .emit import Emitter, constants, native_band, unsupported_reason
+from .emit import Emitter, constants, native_band, structure, unsupported_reason
 
 log = logging.getLogger("te_compile")
 
@@ -244,6 +244,14 @@ def _emitter(g: Any, spec: AttentionSpec, inputs: Sequence[Meta]) -> tuple[Optio
     return Emitter(spec, ts, consts), uids
 
 
+def _graph_spec(spec: AttentionSpec) -> Any:
+    """The part of the spec a built graph depends on: the spec itself for native masks and plain
+    SDPA; for an emitted score_mod, its structure (constant values are fed at execute)."""
+    if not (spec.score or spec.mask_mod) or native_band(spec) is not None:
+        return spec
+    return ("emitted", spec.mask, structure(spec))
+
+
 @functools.lru_cache(maxsize=1024)
 def _const_buffers(spec: AttentionSpec) -> tuple[Tensor, ...]:
     """CPU float32 scalars for the pass-by-value constants, in uid order (made once per spec)."""
@@ -360,7 +368,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
     o_stride = like_layout_strides(o_shape, q)
     metas = (_meta(q), _meta(k), _meta(v), _meta(b4))
     in_metas = tuple(_meta(t) for t in extra)
-    key = ("fwd", q.device, q.dtype, spec, spec.scale_for(q.shape[3]), metas, o_stride, in_metas)
+    key = ("fwd", q.device, q.dtype, _graph_spec(spec), spec.scale_for(q.shape[3]), metas, o_stride, in_metas)
     h = _handle(q.device)
 
     def build() -> _Built:
@@ -411,7 +419,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     need_dbias = bool(need_dbias and b4 is not None)
     metas = (_meta(q), _meta(k), _meta(v), _meta(out), _meta(dout), _meta(b4))
     in_metas = tuple(_meta(t) for t in extra)
-    key = ("bwd", q.device, q.dtype, spec, spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides,
+    key = ("bwd", q.device, q.dtype, _graph_spec(spec), spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides,
            in_metas)
     h = _handle(q.device)
 
