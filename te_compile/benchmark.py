@@ -135,6 +135,21 @@ def bias_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
     def sdpa_table(q, k, v, table):  # the table gathered into a dense bias by torch, then SDPA
         return F.scaled_dot_product_attention(q, k, v, attn_mask=table[:, rel].to(q.dtype).unsqueeze(0))
 
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    cuts = [0, L * 17 // 100, L * 54 // 100, L * 76 // 100, L]  # 4 documents of uneven length
+    docs = torch.cat([torch.full((b - a,), i, device="cuda") for i, (a, b) in enumerate(zip(cuts, cuts[1:]))])
+    doc_causal = lambda b, h, q_, kv: (docs[q_] == docs[kv]) & (q_ >= kv)  # noqa: E731
+    bm_doc = create_block_mask(doc_causal, 1, 1, L, L, device="cuda")
+
+    def flex_doc(q, k, v):
+        return flex_attention(q, k, v, block_mask=bm_doc)
+
+    def per_document(q, k, v):  # what a packed/ragged cuDNN path would cost: causal per document
+        outs = [F.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=True)
+                for a, b in zip(cuts, cuts[1:])]
+        return torch.cat(outs, dim=2)
+
     def impls(fn, args, grads_of, backends, flex=False):
         out = [("te_compile", torch.compile(fn, backend="te_compile", fullgraph=True), args, grads_of, None),
                ("torch.compile flex (inductor)" if flex else "torch.compile (inductor)",
@@ -145,6 +160,8 @@ def bias_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
         ("frozen float bias", impls(sdpa_bias, [q, k, v, frozen], [0, 1, 2], ["cudnn", "efficient"])),
         ("learned float bias", impls(sdpa_bias, [q, k, v, learned], [0, 1, 2, 3], ["efficient"])),
         ("learned rel-pos table", impls(flex_table, [q, k, v, table], [0, 1, 2, 3], ["efficient"], flex=True)),
+        ("document + causal mask", impls(flex_doc, [q, k, v], [0, 1, 2], [], flex=True)
+         + [("per-document causal SDPA cudnn (ragged estimate)", per_document, [q, k, v], [0, 1, 2], "cudnn")]),
     ]
 
 

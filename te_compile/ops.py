@@ -331,4 +331,35 @@ def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor) -> Tensor:
     return r.to(q.dtype).contiguous()
 
 
-__all__ = ["attn_fwd", "attn_bwd", "mask_to_bias", "bh_input", "materialize_bias", "like_layout_strides"]
+def materialize_mask(q: Tensor, k: Tensor, term: str, qb: int, kb: int, kv_num: Optional[Tensor],
+                     kv_idx: Optional[Tensor], full_num: Optional[Tensor], full_idx: Optional[Tensor],
+                     *bufs: Tensor) -> Tensor:
+    """A mask_mod that gathers from captured tensors (document ids: ``doc[q_idx] == doc[kv_idx]``)
+    as a 0 / -inf bias [B|1, H|1, L, S] in q's dtype, with compiled flex's exact semantics: a
+    position is kept if its block is listed as full, or listed as partial and mask_mod keeps it
+    (unlisted blocks are masked). So any BlockMask, hand-built or not, gives flex's answer.
+
+    Inserted by the flex rewrite; never needs a gradient."""
+    from .blockmask import _dense
+
+    env = {**reference.index_env(q, k), "bufs": list(bufs)}
+    keep = ir.evaluate(ir.parse(term), env).to(torch.bool)
+    while keep.dim() < 4:
+        keep = keep.unsqueeze(0)
+    L, S = q.shape[2], k.shape[2]
+    if kv_num is not None and kv_idx is not None:
+        nk = -(-S // kb)
+
+        def per_element(num: Tensor, idx: Tensor) -> Tensor:
+            blocks = _dense(num, idx, nk)  # [B', H', nq, nk]
+            return blocks.repeat_interleave(qb, dim=-2)[..., :L, :].repeat_interleave(kb, dim=-1)[..., :S]
+
+        keep = keep & per_element(kv_num, kv_idx)
+        if full_num is not None and full_idx is not None:
+            keep = keep | per_element(full_num, full_idx)
+    keep = keep.expand(keep.shape[0], keep.shape[1], L, S)
+    return torch.where(keep, 0.0, float("-inf")).to(q.dtype).contiguous()
+
+
+__all__ = ["attn_fwd", "attn_bwd", "mask_to_bias", "bh_input", "materialize_bias", "materialize_mask",
+           "like_layout_strides"]

@@ -175,3 +175,32 @@ def test_changed_constant_reuses_the_built_graph():
         errs = [rel_err(out.float(), ref_out)] + [rel_err(a.float(), b) for a, b in zip(got[:3], want[:3])]
         assert max(errs) <= TOL, (cap, errs)
     assert builds[1] == 0, builds
+
+
+@pytest.mark.parametrize("score", ["none", "softcap"])
+def test_document_mask_on_cudnn(score):
+    """doc[q] == doc[kv] (& causal): the mask becomes a 0/-inf bias in the graph, cuDNN serves it."""
+    L = 256
+    g = torch.Generator(device="cuda").manual_seed(0)
+    docs = torch.cat([torch.full((n,), i) for i, n in enumerate((40, 100, 116))]).cuda()
+    docs = torch.stack([docs, docs.flip(0)])
+    q, k, v = (torch.randn(2, H, L, 64, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+    dout = torch.randn(2, H, L, 64, device="cuda", generator=g)
+    mm = lambda b, h, q_, kv: (docs[b, q_] == docs[b, kv]) & (q_ >= kv)  # noqa: E731
+    bm = create_block_mask(mm, 2, 1, L, L, device="cuda")
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, score_mod=SCORE_MODS[score], block_mask=bm, return_lse=True)
+
+    torch._dynamo.reset()
+    report = te_compile.explain(fn, q, k, v)
+    assert [d.target for d in report.decisions] == ["cudnn"], str(report)
+    assert "materialize_mask" in report.code()
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        out, lse, grads = _run(compiled, [q, k, v], dout)
+    ref_out, ref_lse, ref_grads = _run(fn, [q.float(), k.float(), v.float()], dout)
+    errs = {"out": rel_err(out, ref_out), "lse": (lse - ref_lse).abs().max().item()}
+    errs.update({n: rel_err(a, b) for n, a, b in zip("qkv", grads, ref_grads)})
+    assert max(errs.values()) <= TOL * 2.5, errs

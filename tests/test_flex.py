@@ -220,3 +220,83 @@ def test_block_mask_is_checked_once_per_block_mask():
     bm.kv_num_blocks.add_(0)  # an in-place edit (same values) bumps the version: checked again
     compiled(*args, bm)
     assert verified.checks == before + 1
+
+
+DOCS = torch.tensor([[0] * 7 + [1] * 9 + [2] * 8, [0] * 12 + [1] * 12])  # [B, L] document ids
+
+
+def _doc_mask(b, h, q, kv):
+    return DOCS[b, q] == DOCS[b, kv]
+
+
+def _doc_causal(b, h, q, kv):
+    return (DOCS[b, q] == DOCS[b, kv]) & (q >= kv)
+
+
+@pytest.mark.parametrize("mask_mod,score", [(_doc_mask, "none"), (_doc_causal, "softcap"), (_doc_causal, "rel_table")])
+def test_document_mask_becomes_a_minus_inf_bias(mask_mod, score):
+    """mask_mods that gather (document ids) run as a 0/-inf bias materialized in the graph."""
+    table = (torch.randn(H, 2 * L - 1, dtype=torch.float64) * 0.5).requires_grad_()
+    mods = {"none": None, "softcap": SCORE_MODS["softcap"],
+            "rel_table": lambda s, b, h, q_, kv: s + table[h, q_ - kv + L - 1]}
+    bm = create_block_mask(mask_mod, B, 1, L, L, device="cpu", BLOCK_SIZE=8)
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, score_mod=mods[score], block_mask=bm, return_lse=True)
+    report = te_compile.explain(fn, *_inputs(), target="reference")
+    (d,) = report.decisions
+    assert d.target == "reference", str(report)
+    assert "materialize_mask" in report.code()
+    assert d.dbias == ("yes (table needs grad)" if score == "rel_table" else "no (mask as -inf bias)")
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
+    got = _run(compiled, _inputs())
+    table_grad = table.grad.clone() if score == "rel_table" else None
+    table.grad = None
+    want = _run(fn, _inputs())
+    for a, b in zip(got[:2] + tuple(got[2]), want[:2] + tuple(want[2])):
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-7)
+    if table_grad is not None:
+        torch.testing.assert_close(table_grad, table.grad, rtol=1e-7, atol=1e-7)
+
+
+def test_document_mask_follows_a_hand_built_block_mask():
+    """With the mask materialized, the BlockMask's semantics are applied too (unlisted blocks
+    masked, full blocks kept), so even a hand-built BlockMask gives compiled flex's answer."""
+    good = create_block_mask(_doc_mask, B, 1, L, L, device="cpu", BLOCK_SIZE=8)
+    kv_num = good.kv_num_blocks.clone()
+    kv_num[..., -1] = 0  # drop the last query block's partial blocks
+    bad = BlockMask.from_kv_blocks(kv_num, good.kv_indices.clone(), good.full_kv_num_blocks.clone(),
+                                   good.full_kv_indices.clone(), BLOCK_SIZE=8, mask_mod=_doc_mask)
+
+    def fn(q, k, v, bm):
+        return flex_attention(q, k, v, block_mask=bm, return_lse=True)
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
+    q, k, v = [a.detach() for a in _inputs()]
+    for bm in (good, bad):
+        # compiled flex's (Triton) semantics, written out: full blocks kept, partial blocks where
+        # mask_mod keeps, unlisted blocks masked (eager flex ignores the block structure)
+        keep = torch.zeros(B, 1, L, L, dtype=torch.bool)
+        for b in range(B):
+            for i in range(L // 8):
+                rows = slice(8 * i, 8 * i + 8)
+                for n_, idx, full in ((bm.kv_num_blocks, bm.kv_indices, False),
+                                      (bm.full_kv_num_blocks, bm.full_kv_indices, True)):
+                    for j in idx[b, 0, i, : int(n_[b, 0, i])].tolist():
+                        cols = slice(8 * j, 8 * j + 8)
+                        qi = torch.arange(8 * i, 8 * i + 8)[:, None]
+                        kj = torch.arange(8 * j, 8 * j + 8)[None, :]
+                        keep[b, 0, rows, cols] |= True if full else _doc_mask(b, 0, qi, kj)
+        s_ = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+        p_ = torch.softmax(s_.masked_fill(~keep, float("-inf")), dim=-1).nan_to_num(0.0)
+        got = compiled(q, k, v, bm)[0]
+        torch.testing.assert_close(got, p_ @ v, rtol=1e-7, atol=1e-7)
+    assert not torch.equal(compiled(q, k, v, good)[0], compiled(q, k, v, bad)[0])
+
+
+def test_document_mask_over_the_size_limit_is_kept(monkeypatch):
+    from te_compile.passes import flex
+    monkeypatch.setattr(flex, "MAX_BIAS_BYTES", 1024)
+    bm = create_block_mask(_doc_mask, B, 1, L, L, device="cpu", BLOCK_SIZE=8)
+    fn = lambda q, k, v: flex_attention(q, k, v, block_mask=bm)  # noqa: E731
+    ((target, why),) = _reasons(fn, *[a.detach() for a in _inputs()])
+    assert target == "kept" and "GiB" in why and "mask_mod" in why

@@ -25,7 +25,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from .. import ir
-from ..ops import bh_input, materialize_bias
+from ..ops import bh_input, materialize_bias, materialize_mask
 from ..spec import AttentionSpec
 from .find import AttentionSite, example_value
 from .grad import site_grads
@@ -79,6 +79,19 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
     kw["mask"] = mask_desc = f"mask_mod {mask}"
     kw["score"] = "" if score == ir.Expr.leaf("score") else str(score)
     bias_term = None
+    mask_gather = None
+    try:
+        ir.extract_bh_terms(mask)
+    except ir.NotPointwise:
+        # a mask_mod that gathers at q/kv-dependent indices (document ids): it becomes a 0/-inf
+        # bias computed by torch in the graph, with the BlockMask's semantics (materialize_mask)
+        if ir.buffers_used(mask) & learned:
+            return keep(site, "the mask_mod gathers from a captured tensor that requires grad", **kw)
+        mask_gather, mask = mask, ir.Expr.const(True)
+        why = _bias_too_big(q, k, mask_gather)
+        if why:
+            return keep(site, why.replace("additive score_mod term", "mask_mod (it gathers from captured tensors)"),
+                        **kw)
     try:
         if learned & ir.buffers_used(score):
             raise ir.NotPointwise("reads a captured tensor that requires grad")
@@ -96,7 +109,8 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
             return keep(site, f"score_mod/mask_mod {e2}", **kw)
         bias_term = g
     for i in sorted(learned):
-        if bias_term is None or i not in ir.buffers_used(bias_term) or i in ir.buffers_used(mask):
+        if bias_term is None or i not in ir.buffers_used(bias_term) or i in ir.buffers_used(mask) or \
+                (mask_gather is not None and i in ir.buffers_used(mask_gather)):
             name = bufs[i].name if isinstance(bufs[i], Node) else "?"
             return keep(site, f"captured tensor {name} requires grad: te_compile computes gradients for captured "
                               "tensors only in an additive score_mod term", **kw)
@@ -123,8 +137,13 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
     qb, kb = bm[-3], bm[-2]
     if not (isinstance(qb, int) and isinstance(kb, int)):
         return keep(site, "BlockMask block sizes are not constants", **kw)
-    block, block_nodes = "", []
-    if not (qb == _EMPTY_BLOCK and kb == _EMPTY_BLOCK):
+    block, block_nodes, mask_block = "", [], None
+    if mask_gather is not None:
+        # the BlockMask goes into the materialized mask (its semantics exactly): nothing to check
+        kvn, kvi, fkn, fki = bm[2], bm[3], bm[4], bm[5]
+        empty = qb == _EMPTY_BLOCK and kb == _EMPTY_BLOCK
+        mask_block = (qb, kb) + ((None,) * 4 if empty else (kvn, kvi, fkn, fki))
+    elif not (qb == _EMPTY_BLOCK and kb == _EMPTY_BLOCK):
         kvn, kvi, fkn, fki = bm[2], bm[3], bm[4], bm[5]
         if kvn is None or kvi is None:
             return keep(site, "the BlockMask has no kv block lists", **kw)
@@ -142,14 +161,17 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
                          n_inputs=len(terms), block=block)
     if impl == "cudnn" and checker is not None:
         bias_like = None
-        if bias_term is not None:
+        if bias_term is not None or mask_gather is not None:
             bias_like = torch.empty((1, q.shape[1], q.shape[2], k.shape[2]), dtype=q.dtype, device="meta")
         why = checker(q, k, v, bias_like, spec, grads.any, needs_dbias)
         if why:
             return keep(site, why, **kw)
     d = Decision(site=site, rewrite=True, reason="", target=impl, spec=spec, **kw)
     d.plan = {"terms": [str(t) for t in terms], "buffers": bufs, "block_nodes": block_nodes,
-              "bias_term": None if bias_term is None else str(bias_term)}
+              "bias_term": None if bias_term is None else str(bias_term),
+              "mask_term": None if mask_gather is None else str(mask_gather), "mask_block": mask_block}
+    if mask_gather is not None and not needs_dbias:
+        d.grads = dataclasses.replace(d.grads, bias=False)
     return d
 
 
@@ -198,6 +220,11 @@ def apply_flex(gm: GraphModule, decision: Any) -> None:
         if plan.get("bias_term"):
             bias = graph.call_function(materialize_bias, (site.q, site.k, plan["bias_term"], *plan["buffers"]))
             bias.meta.update(meta)
+        if plan.get("mask_term"):
+            mask = graph.call_function(materialize_mask, (site.q, site.k, plan["mask_term"], *plan["mask_block"],
+                                                          *plan["buffers"]))
+            mask.meta.update(meta)
+            bias = mask if bias is None else graph.call_function(operator.add, (bias, mask))
         call = graph.call_function(torch.ops.te_compile.attn_fwd.default,
                                    (site.q, site.k, site.v, bias, inputs + plan["block_nodes"], spec.key()))
         call.meta.update(meta)

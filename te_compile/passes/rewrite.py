@@ -58,7 +58,7 @@ class Decision:
     def dbias(self) -> str:
         if self.site.kind == "flex":
             if not (self.plan and self.plan.get("bias_term")):
-                return "-"
+                return "no (mask as -inf bias)" if self.plan and self.plan.get("mask_term") else "-"
             return "yes (table needs grad)" if self.grads and self.grads.bias else "no (table frozen)"
         if self.grads is None or self.mask in ("none", "causal"):
             return "-"
