@@ -516,6 +516,30 @@ def _simplify(e: Expr) -> Expr:
     return Expr(op, args, value=e.value, dtype=e.dtype)
 
 
+def substitute(e: Expr, name: str, value: Expr) -> Expr:
+    """``e`` with every ``name`` leaf replaced by ``value``."""
+    if e.op == name and not e.args:
+        return value
+    if not e.args:
+        return e
+    return Expr(e.op, tuple(substitute(a, name, value) for a in e.args), value=e.value, dtype=e.dtype)
+
+
+def linear_in_score(e: Expr) -> Optional[tuple[float, Expr]]:
+    """(a, g) when ``e == a * score + g`` with a constant ``a`` (not 0 or 1) and ``g`` free of score
+    (its derivative is the constant a), else None. ``a`` can then go into the softmax scale."""
+    if "score" not in e.leaves():
+        return None
+    d = derivative(e)
+    if not d.is_const() or isinstance(d.value, bool):
+        return None
+    a = float(d.value)
+    if a in (0.0, 1.0) or not math.isfinite(a):
+        return None  # 1: nothing to fold
+    g = simplify(substitute(e, "score", Expr.const(0.0)))
+    return (a, g) if "score" not in g.leaves() else None
+
+
 # --------------------------------------------------------------------------- additive split
 
 def buffers_used(e: Expr) -> set[int]:

@@ -40,12 +40,14 @@ MASK_MODS = {
 }
 SCORE_MODS["half"] = lambda s, b, h, q, kv: s * 0.5
 SCORE_MODS["exp_score"] = lambda s, b, h, q, kv: torch.exp(s / 8.0)
+SCORE_MODS["one_minus"] = lambda s, b, h, q, kv: 1 - 0.1 * s  # folded into a negative softmax scale
 # mask-first emission (cudnn/emit.py): softcap/alibi/rel_bias/times_two/exp_score + causal;
-# half + causal keeps the mask after the score_mod (a non-integer constant derivative)
+# half / one_minus are linear in the score: folded into the scale (half + causal: native mask)
 CASES = [("none", "causal"), ("none", "sliding"), ("none", "inverse_causal"), ("softcap", "none"),
          ("softcap", "causal"), ("alibi_from_h", "none"), ("alibi_captured", "causal"), ("rel_bias", "none"),
          ("times_two", "sliding"), ("trig", "none"), ("times_two", "causal"), ("rel_bias", "causal"),
-         ("half", "causal"), ("exp_score", "causal"), ("softcap", "inverse_causal")]
+         ("half", "causal"), ("exp_score", "causal"), ("softcap", "inverse_causal"), ("one_minus", "none"),
+         ("one_minus", "sliding")]
 
 
 def _run(fn, args, dout):
@@ -178,8 +180,10 @@ def test_changed_constant_reuses_the_built_graph():
 
 
 @pytest.mark.parametrize("score", ["none", "softcap"])
-def test_document_mask_on_cudnn(score):
+def test_document_mask_on_cudnn(score, monkeypatch):
     """doc[q] == doc[kv] (& causal): the mask becomes a 0/-inf bias in the graph, cuDNN serves it."""
+    from te_compile.passes import flex
+    monkeypatch.setattr(flex, "MIN_GATHER_MASK_DENSITY", 0.0)  # serve it whatever its density
     L = 256
     g = torch.Generator(device="cuda").manual_seed(0)
     docs = torch.cat([torch.full((n,), i) for i, n in enumerate((40, 100, 116))]).cuda()

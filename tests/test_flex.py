@@ -30,6 +30,8 @@ SCORE_MODS = {
     "alibi_captured": lambda s, b, h, q, kv: s + SLOPES[h] * (kv - q),
     "head_scale_captured": lambda s, b, h, q, kv: s * HEAD_SCALE[h],
     "trig": lambda s, b, h, q, kv: torch.sin(s) + torch.cos(s / 3),
+    "times_two": lambda s, b, h, q, kv: s * 2,  # linear in score: folded into the softmax scale
+    "one_minus": lambda s, b, h, q, kv: 1 - 0.1 * s,
 }
 MASK_MODS = {
     "none": None,
@@ -233,8 +235,14 @@ def _doc_causal(b, h, q, kv):
     return (DOCS[b, q] == DOCS[b, kv]) & (q >= kv)
 
 
+@pytest.fixture
+def serve_sparse_document_masks(monkeypatch):
+    from te_compile.passes import flex
+    monkeypatch.setattr(flex, "MIN_GATHER_MASK_DENSITY", 0.0)
+
+
 @pytest.mark.parametrize("mask_mod,score", [(_doc_mask, "none"), (_doc_causal, "softcap"), (_doc_causal, "rel_table")])
-def test_document_mask_becomes_a_minus_inf_bias(mask_mod, score):
+def test_document_mask_becomes_a_minus_inf_bias(mask_mod, score, serve_sparse_document_masks):
     """mask_mods that gather (document ids) run as a 0/-inf bias materialized in the graph."""
     table = (torch.randn(H, 2 * L - 1, dtype=torch.float64) * 0.5).requires_grad_()
     mods = {"none": None, "softcap": SCORE_MODS["softcap"],
@@ -259,7 +267,17 @@ def test_document_mask_becomes_a_minus_inf_bias(mask_mod, score):
         torch.testing.assert_close(table_grad, table.grad, rtol=1e-7, atol=1e-7)
 
 
-def test_document_mask_follows_a_hand_built_block_mask():
+def test_sparse_document_mask_is_kept_for_inductor():
+    """Few attended blocks: Inductor's block-sparse flex beats a dense bias, so the node is kept."""
+    bm = create_block_mask(_doc_causal, B, 1, L, L, device="cpu", BLOCK_SIZE=8)
+    density = (bm.kv_num_blocks.sum() + bm.full_kv_num_blocks.sum()).item() / (B * 9)
+    fn = lambda q, k, v: flex_attention(q, k, v, block_mask=bm)  # noqa: E731
+    ((target, why),) = _reasons(fn, *[a.detach() for a in _inputs()])
+    assert density < 0.6
+    assert target == "kept" and "document-style" in why and f"{100 * density:.0f}% of the blocks" in why
+
+
+def test_document_mask_follows_a_hand_built_block_mask(serve_sparse_document_masks):
     """With the mask materialized, the BlockMask's semantics are applied too (unlisted blocks
     masked, full blocks kept), so even a hand-built BlockMask gives compiled flex's answer."""
     good = create_block_mask(_doc_mask, B, 1, L, L, device="cpu", BLOCK_SIZE=8)
@@ -293,10 +311,17 @@ def test_document_mask_follows_a_hand_built_block_mask():
     assert not torch.equal(compiled(q, k, v, good)[0], compiled(q, k, v, bad)[0])
 
 
-def test_document_mask_over_the_size_limit_is_kept(monkeypatch):
+def test_document_mask_over_the_size_limit_is_kept(monkeypatch, serve_sparse_document_masks):
     from te_compile.passes import flex
     monkeypatch.setattr(flex, "MAX_BIAS_BYTES", 1024)
     bm = create_block_mask(_doc_mask, B, 1, L, L, device="cpu", BLOCK_SIZE=8)
     fn = lambda q, k, v: flex_attention(q, k, v, block_mask=bm)  # noqa: E731
     ((target, why),) = _reasons(fn, *[a.detach() for a in _inputs()])
     assert target == "kept" and "GiB" in why and "mask_mod" in why
+
+
+@pytest.mark.parametrize("name,factor,score", [("times_two", 2.0, ""), ("one_minus", -0.1, "(add score 1.0)")])
+def test_linear_score_mod_folds_into_the_scale(name, factor, score):
+    report = te_compile.explain(_fn(name, "causal"), *_inputs(), target="reference")
+    (d,) = report.decisions
+    assert d.spec.scale == pytest.approx(factor / math.sqrt(D)) and d.spec.score == score

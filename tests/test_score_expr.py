@@ -164,3 +164,17 @@ def test_simplify_hugging_face_style_masks():
     assert str(ir.simplify(ir.parse("(mul (add score 0) 1.0)"))) == "score"
     # an identity that would change the type is kept: q_idx * 1.0 is a float in torch
     assert ir.kind_of(ir.simplify(ir.parse("(mul q_idx 1.0)"))) == "float"
+
+
+def test_linear_in_score():
+    from te_compile import ir
+    cases = {"(mul score 2.0)": (2.0, "0.0"), "(sub 1.0 (mul score 0.1))": (-0.1, "1.0"),
+             "(div score 8.0)": (0.125, "0.0"), "(mul (tanh (div score 30.0)) 30.0)": None,
+             "(mul score score)": None, "(add score (sub q_idx kv_idx))": None, "(mul score 0.0)": None}
+    for text, want in cases.items():
+        got = ir.linear_in_score(ir.parse(text))
+        assert (got if got is None else (got[0], str(got[1]))) == (want if want is None else want), text
+        if got is not None:  # a * s + g == e at a few scores
+            s = torch.tensor([-3.0, 0.5, 7.0], dtype=torch.float64)
+            e = ir.evaluate(ir.parse(text), {"score": s})
+            torch.testing.assert_close(got[0] * s + ir.evaluate(got[1], {"score": s}), e.double())

@@ -129,6 +129,10 @@ def _translate(n: Node, arg) -> Expr:
         alpha = kw.get("alpha", a[2] if len(a) > 2 else 1)
         rhs = arg(a[1]) if alpha == 1 else Expr("mul", (arg(a[1]), Expr.const(alpha)))
         return Expr("add" if t in (aten.add.Tensor, aten.add.Scalar) else "sub", (arg(a[0]), rhs))
+    if t in (aten.rsub.Tensor, aten.rsub.Scalar):  # other - alpha * self  (1 - x)
+        alpha = kw.get("alpha", a[2] if len(a) > 2 else 1)
+        x = arg(a[0]) if alpha == 1 else Expr("mul", (arg(a[0]), Expr.const(alpha)))
+        return Expr("sub", (arg(a[1]), x))
     if t in (aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_and.Scalar, aten.bitwise_or.Scalar):
         if not (_is_bool(a[0]) and _is_bool(a[1])):
             raise Untranslatable(f"{_op_name(n)} on integers (bitwise arithmetic has no cuDNN pointwise op)")
