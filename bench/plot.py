@@ -20,7 +20,9 @@ def main(src: str, dst: str) -> None:
     cases = list(dict.fromkeys(r["case"] for r in rows))
     impls = list(dict.fromkeys(r["impl"] for r in rows))
     colors = {"te_compile": "#76b900", "torch.compile (inductor)": "#ee4c2c", "torch.compile flex (inductor)": "#ee4c2c",
-              "torch SDPA cudnn": "#1f77b4", "torch SDPA flash": "#9467bd", "torch SDPA efficient": "#8c564b"}
+              "torch SDPA cudnn": "#1f77b4", "torch SDPA flash": "#9467bd", "torch SDPA efficient": "#8c564b",
+              "torch.compile flex (inductor, small blocks)": "#f4a582", "te_compile, dense -inf bias forced": "#b8e186",
+              "per-document causal SDPA cudnn (ragged estimate)": "#17becf"}
     fig, axes = plt.subplots(1, 2, figsize=(15, 6.5), sharey=True)
     width = 0.8 / max(1, len([i for i in impls if i != "torch.compile flex (inductor)"]))
     for ax, key, title in ((axes[0], "fwd_ms", "forward"), (axes[1], "bwd_ms", "backward")):
@@ -32,7 +34,8 @@ def main(src: str, dst: str) -> None:
             ys = [i - 0.4 + (j + 0.5) * width for i in range(len(cases))]
             xs = [slot[impl].get(c, 0) for c in cases]
             ax.barh(ys, xs, height=width, label=impl, color=colors.get(impl))
-        ax.set_title(f"{title} (ms, lower is better)")
+        ax.set_xscale("log")
+        ax.set_title(f"{title} (ms, log scale, lower is better)")
         ax.set_yticks(range(len(cases)))
         ax.set_yticklabels(cases)
         ax.invert_yaxis()
