@@ -6,15 +6,13 @@ alone, and a cProfile of te_compile's backward (cumulative).
 
 from __future__ import annotations
 
-import cProfile
 import os
-import pstats
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from layers import host_us  # noqa: E402
+from layers import host_us, print_profile  # noqa: E402
 
 
 def main() -> None:
@@ -36,13 +34,7 @@ def main() -> None:
         print(f"{name:12s} compiled fwd {host_us(lambda f=f: f(q, k, v)):7.1f} us/call, bwd {host_us(bwd):7.1f} us/call",
               flush=True)
         if name == "te_compile":
-            pr = cProfile.Profile()
-            pr.enable()
-            for _ in range(200):
-                bwd()
-            pr.disable()
-            torch.cuda.synchronize()
-            pstats.Stats(pr, stream=sys.stdout).sort_stats("cumulative").print_stats(40)
+            print_profile(bwd, sort="cumulative", limit=40)
     spec = AttentionSpec(source="flex", mask_mod="(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 256))").key()
     qd, kd, vd = q.detach(), k.detach(), v.detach()
     o, lse = torch.ops.te_compile.attn_fwd(qd, kd, vd, None, [], spec)

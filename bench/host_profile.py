@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import cProfile
-import pstats
+import os
 import sys
 import time
 
 import torch
 
 import te_compile  # noqa: F401
+
+sys.path.insert(0, os.path.dirname(__file__))
+from layers import print_profile  # noqa: E402
 from te_compile.spec import AttentionSpec
 
 
@@ -39,13 +41,7 @@ def main() -> None:
         dt = (time.perf_counter() - t0) / n * 1e6
         torch.cuda.synchronize()
         print(f"{name:28s} host {dt:7.1f} us/call")
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(200):
-        bwd()
-    pr.disable()
-    torch.cuda.synchronize()
-    pstats.Stats(pr, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+    print_profile(bwd)
 
 
 if __name__ == "__main__":

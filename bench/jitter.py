@@ -47,17 +47,6 @@ def main() -> None:
                 hs.append((time.perf_counter() - t0) * 1e6)
             torch.cuda.synchronize()
             gc.enable()
-            if False:
-                import cProfile
-                import pstats
-                import sys
-                pr = cProfile.Profile()
-                pr.enable()
-                for _ in range(200):
-                    f(q, k, v)
-                pr.disable()
-                torch.cuda.synchronize()
-                pstats.Stats(pr, stream=sys.stdout).sort_stats("tottime").print_stats(14)
             ts = sorted(a.elapsed_time(b) for a, b in ev)
             hs.sort()
             print(f"{name:10s} gc={'on ' if gc_on else 'off'} device ms p10 {ts[20]:.3f} p50 {ts[100]:.3f} "

@@ -22,6 +22,21 @@ def host_us(fn, n=300):
     return dt
 
 
+def print_profile(fn, n: int = 200, sort: str = "tottime", limit: int = 25) -> None:
+    """cProfile ``n`` calls of ``fn`` (then a sync) and print the top ``limit`` rows."""
+    import cProfile
+    import pstats
+    import sys
+
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(n):
+        fn()
+    pr.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(pr, stream=sys.stdout).sort_stats(sort).print_stats(limit)
+
+
 def main() -> None:
     import te_compile  # noqa: F401
     from te_compile import ops

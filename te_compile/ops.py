@@ -271,7 +271,10 @@ def _fwd_autograd(keyset, q, k, v, bias, extra, spec):
 
 
 def _bwd_autograd(keyset, *args):
-    # attn_bwd is not differentiable (double backward is not supported)
+    if torch.is_grad_enabled() and torch._C._any_requires_grad(*args[:7], *args[7]):
+        # attn_bwd has no derivative: refuse rather than return grads that silently lack one
+        raise RuntimeError("te_compile: double backward (create_graph=True) through a te_compile attention op "
+                           "is not supported; compile this model without te_compile for higher-order gradients")
     below = keyset & torch._C._after_autograd_keyset
     with torch._C._AutoDispatchBelowAutograd():
         if (below - _IGNORED).highestPriorityTypeId() == torch._C.DispatchKey.CUDA:

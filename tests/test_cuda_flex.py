@@ -57,6 +57,23 @@ def _run(fn, args, dout):
     return out.detach().float(), lse.detach().float(), [a.grad.float() for a in args]
 
 
+def _served_and_matches(fn, q, k, v, dout, tol=TOL * 2.5):
+    """The site goes to cuDNN; compiled out, lse and q/k/v grads match eager flex in float32.
+    Returns the report (for extra checks)."""
+    torch._dynamo.reset()
+    report = te_compile.explain(fn, q, k, v)
+    assert [d.target for d in report.decisions] == ["cudnn"], str(report)
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a reference fallback would warn
+        out, lse, grads = _run(compiled, [q, k, v], dout)
+    ref_out, ref_lse, ref_grads = _run(fn, [q.float(), k.float(), v.float()], dout)
+    errs = {"out": rel_err(out, ref_out), "lse": (lse - ref_lse).abs().max().item()}
+    errs.update({n: rel_err(a, b) for n, a, b in zip("qkv", grads, ref_grads)})
+    assert max(errs.values()) <= tol, errs
+    return report
+
+
 @pytest.mark.parametrize("score,mask", CASES, ids=[f"{s}-{m}" for s, m in CASES])
 def test_flex_on_cudnn_matches_eager_fp32(score, mask, L=256, hk=H):
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -138,20 +155,10 @@ def test_bottom_right_causal(score):
     def fn(q, k, v):
         return flex_attention(q, k, v, score_mod=SCORE_MODS[score], block_mask=bm, return_lse=True)
 
-    torch._dynamo.reset()
-    report = te_compile.explain(fn, q, k, v)
-    assert [d.target for d in report.decisions] == ["cudnn"], str(report)
+    report = _served_and_matches(fn, q, k, v, dout)
     from te_compile.cudnn.emit import native_band
     spec = report.decisions[0].spec
     assert (native_band(spec) == (None, S - L)) == (score == "none"), spec
-    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        out, lse, grads = _run(compiled, [q, k, v], dout)
-    ref_out, ref_lse, ref_grads = _run(fn, [q.float(), k.float(), v.float()], dout)
-    errs = {"out": rel_err(out, ref_out), "lse": (lse - ref_lse).abs().max().item()}
-    errs.update({n: rel_err(a, b) for n, a, b in zip("qkv", grads, ref_grads)})
-    assert max(errs.values()) <= TOL * 2.5, errs
 
 
 def test_changed_constant_reuses_the_built_graph():
@@ -196,15 +203,5 @@ def test_document_mask_on_cudnn(score, monkeypatch):
     def fn(q, k, v):
         return flex_attention(q, k, v, score_mod=SCORE_MODS[score], block_mask=bm, return_lse=True)
 
-    torch._dynamo.reset()
-    report = te_compile.explain(fn, q, k, v)
-    assert [d.target for d in report.decisions] == ["cudnn"], str(report)
+    report = _served_and_matches(fn, q, k, v, dout)
     assert "materialize_mask" in report.code()
-    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        out, lse, grads = _run(compiled, [q, k, v], dout)
-    ref_out, ref_lse, ref_grads = _run(fn, [q.float(), k.float(), v.float()], dout)
-    errs = {"out": rel_err(out, ref_out), "lse": (lse - ref_lse).abs().max().item()}
-    errs.update({n: rel_err(a, b) for n, a, b in zip("qkv", grads, ref_grads)})
-    assert max(errs.values()) <= TOL * 2.5, errs

@@ -108,3 +108,13 @@ def test_mask_to_bias():
     b = mask_to_bias(m, torch.bfloat16)
     assert b.dtype == torch.bfloat16
     assert b.tolist() == [[0.0, float("-inf")], [float("-inf"), float("-inf")]]
+
+
+def test_double_backward_is_refused_not_silently_wrong():
+    q, k, v, bias, spec = _args(CASES["causal_bias"])
+    out, _ = torch.ops.te_compile.attn_fwd(q, k, v, bias, [], spec)
+    (g,) = torch.autograd.grad(out.sum(), q, create_graph=False)
+    assert g.grad_fn is None and torch.isfinite(g).all()
+    out, _ = torch.ops.te_compile.attn_fwd(q, k, v, bias, [], spec)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(out.sum(), q, create_graph=True)

@@ -177,7 +177,9 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
     if impl == "cudnn" and checker is not None:
         bias_like = None
         if bias_term is not None or mask_gather is not None:
-            bias_like = torch.empty((1, q.shape[1], q.shape[2], k.shape[2]), dtype=q.dtype, device="meta")
+            per_batch = mask_gather is not None and "b" in mask_gather.leaves()
+            bias_like = torch.empty((q.shape[0] if per_batch else 1, q.shape[1], q.shape[2], k.shape[2]),
+                                    dtype=q.dtype, device="meta")
         why = checker(q, k, v, bias_like, spec, grads.any, needs_dbias)
         if why:
             return keep(site, why, **kw)
