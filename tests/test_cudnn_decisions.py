@@ -147,6 +147,8 @@ def test_mask_first_plan(score, mask, plan):
     ("(pow score 3)", "-inf"), ("(pow score -1)", "fin"), ("(max score 0.0)", "fin"), ("(min score 0.0)", "-inf"),
     ("(div 1.0 score)", "fin"), ("(log score)", "nan"), ("(where (ge q_idx kv_idx) score 0.0)", "nan"),
     ("(sigmoid score)", "fin"), ("(mul (in 0) (sub q_idx kv_idx))", "fin"),
+    ("(div (tanh score) (sub q_idx kv_idx))", "nan"),  # the divisor may be 0
+    ("(pow (tanh score) -1)", "nan"), ("(pow (tanh score) 2)", "fin"),
 ])
 def test_at_neg_inf(expr, want):
     from te_compile import ir

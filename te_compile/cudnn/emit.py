@@ -228,7 +228,7 @@ def _ninf(e: ir.Expr) -> str:
                 return "fin" if x == "fin" else "nan"  # finite / inf = 0
             c = e.args[1]
             if c.op != "const" or float(c.value) == 0:
-                return "nan" if x != "fin" else "fin"
+                return "nan"  # a divisor that may be 0 where the score is -inf
             return x if float(c.value) > 0 else _NEG[x]
         if x == "fin" and y == "fin":
             return "fin"
@@ -240,8 +240,10 @@ def _ninf(e: ir.Expr) -> str:
         return inf if float(other.value) > 0 else _NEG[inf]
     if op == "pow":
         n = float(e.args[1].value) if e.args[1].op == "const" else None
-        if n is None or a[0] == "fin":
-            return "nan" if n is None else "fin"
+        if n is None:
+            return "nan"
+        if a[0] == "fin":  # a score-dependent base: 0 ** negative is inf
+            return "fin" if n >= 0 and n.is_integer() else "nan"
         if n < 0:
             return "fin"
         if not n.is_integer() or n == 0:
