@@ -22,7 +22,8 @@ def main(src: str, dst: str) -> None:
     colors = {"te_compile": "#76b900", "torch.compile (inductor)": "#ee4c2c", "torch.compile flex (inductor)": "#ee4c2c",
               "torch SDPA cudnn": "#1f77b4", "torch SDPA flash": "#9467bd", "torch SDPA efficient": "#8c564b",
               "torch.compile flex (inductor, small blocks)": "#f4a582", "te_compile, dense -inf bias forced": "#b8e186",
-              "per-document causal SDPA cudnn (ragged estimate)": "#17becf"}
+              "per-document causal SDPA cudnn (ragged estimate)": "#17becf",
+              "cuDNN varlen THD (frontend op, with layout copies)": "#9edae5"}
     fig, axes = plt.subplots(1, 2, figsize=(15, 6.5), sharey=True)
     width = 0.8 / max(1, len([i for i in impls if i != "torch.compile flex (inductor)"]))
     for ax, key, title in ((axes[0], "fwd_ms", "forward"), (axes[1], "bwd_ms", "backward")):

@@ -157,6 +157,19 @@ def bias_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
                 for a, b in zip(cuts, cuts[1:])]
         return torch.cat(outs, dim=2)
 
+    cu = torch.tensor([b * L + c for b in range(B) for c in cuts[:-1]] + [B * L], device="cuda", dtype=torch.int32)
+    longest = max(b - a for a, b in zip(cuts, cuts[1:]))
+
+    def ragged(q, k, v):  # cuDNN's own varlen (THD) op from the frontend, with the layout copies
+        import cudnn.sdpa.fwd.torch_op  # noqa: F401  (registers torch.ops.cudnn.sdpa_fwd)
+
+        def thd(t):
+            return t.transpose(1, 2).reshape(B * L, H, D)
+        o, _ = torch.ops.cudnn.sdpa_fwd(thd(q), thd(k), thd(v), 1.0 / D ** 0.5, is_causal=True,
+                                        cu_seqlens_q=cu, cu_seqlens_kv=cu, max_seqlen_q=longest,
+                                        max_seqlen_kv=longest, return_lse=True)
+        return o.reshape(B, L, H, D).transpose(1, 2)
+
     def impls(fn, args, grads_of, backends, flex=False):
         out = [("te_compile", torch.compile(fn, backend="te_compile", fullgraph=True), args, grads_of, None),
                ("torch.compile flex (inductor)" if flex else "torch.compile (inductor)",
@@ -171,7 +184,8 @@ def bias_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
              [q, k, v, table], [0, 1, 2, 3], None)]),
         ("document + causal mask", impls(flex_doc, [q, k, v], [0, 1, 2], [], flex=True)
          + [("te_compile, dense -inf bias forced", _forced_dense(flex_doc), [q, k, v], [0, 1, 2], None),
-            ("per-document causal SDPA cudnn (ragged estimate)", per_document, [q, k, v], [0, 1, 2], "cudnn")]),
+            ("per-document causal SDPA cudnn (ragged estimate)", per_document, [q, k, v], [0, 1, 2], "cudnn"),
+            ("cuDNN varlen THD (frontend op, with layout copies)", ragged, [q, k, v], [0, 1, 2], None)]),
     ]
 
 
