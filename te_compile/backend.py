@@ -105,13 +105,38 @@ def _checker(target: str) -> Optional[Callable[..., Optional[str]]]:
 _graph_counter = 0
 
 
-def _inner_compile(inner: str, gm: GraphModule, example_inputs: list[Any]) -> Callable:
+def _inner_compile(inner: str, gm: GraphModule, example_inputs: list[Any],
+                   inductor_config: Optional[dict] = None) -> Callable:
     if inner == "eager":
         return gm.forward
+    if inner == "inductor" and inductor_config:
+        from torch._inductor.compile_fx import compile_fx
+        return compile_fx(gm, example_inputs, config_patches=inductor_config)
     return torch._dynamo.lookup_backend(inner)(gm, example_inputs)
 
 
-def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options) -> Callable:
+_warned_mode: set = set()
+
+
+def _inductor_config(inner: str, mode: Optional[str], options: Optional[dict]) -> Optional[dict]:
+    """torch.compile's ``mode=`` / ``options=`` (passed to every custom backend) as Inductor config
+    patches: ``mode="reduce-overhead"`` is CUDA graphs, ``"max-autotune"`` autotuning + CUDA graphs.
+    Ignored, with a warning, when the inner compiler is not Inductor."""
+    if not mode and not options:
+        return None
+    if inner != "inductor":
+        key = (inner, mode, tuple(sorted((options or {}).items())))
+        if key not in _warned_mode:
+            _warned_mode.add(key)
+            log.warning("te_compile: torch.compile(mode=%r, options=%r) applies to Inductor; inner=%r ignores it",
+                        mode, options, inner)
+        return None
+    from torch._inductor import list_mode_options
+    return {**(list_mode_options(mode) if mode and mode != "default" else {}), **(options or {})}
+
+
+def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
+                  mode: Optional[str] = None, inductor_options: Optional[dict] = None) -> Callable:
     """Rewrite ``gm`` in place, record and log the decisions, then run the inner compiler."""
     global _graph_counter
     _graph_counter += 1
@@ -130,7 +155,7 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options) 
     if decisions and log.isEnabledFor(logging.INFO):
         from .explain import Report
         log.info("te_compile: graph %d\n%s", report.index, Report([report]).table())
-    return _inner_compile(options.inner, gm, example_inputs)
+    return _inner_compile(options.inner, gm, example_inputs, _inductor_config(options.inner, mode, inductor_options))
 
 
 def backend(inner: str = "inductor", target: str = "auto", verify: bool = False) -> Callable:
@@ -142,12 +167,14 @@ def backend(inner: str = "inductor", target: str = "auto", verify: bool = False)
     verify: on the first call of each configuration, compare cuDNN with the reference math and
             raise te_compile.VerificationError with the error figures if they disagree.
     """
-    options = Options(inner=inner, target=target, verify=verify)
+    options_ = Options(inner=inner, target=target, verify=verify)
 
-    def te_compile_backend(gm: GraphModule, example_inputs: list[Any]) -> Callable:
-        return compile_graph(gm, example_inputs, options)
+    def te_compile_backend(gm: GraphModule, example_inputs: list[Any], mode: Optional[str] = None,
+                           options: Optional[dict] = None) -> Callable:
+        # torch.compile(..., mode=..., options=...) hands these to the backend: they configure Inductor
+        return compile_graph(gm, example_inputs, options_, mode, options)
 
-    te_compile_backend.options = options  # type: ignore[attr-defined]
+    te_compile_backend.options = options_  # type: ignore[attr-defined]
     return te_compile_backend
 
 

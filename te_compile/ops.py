@@ -58,7 +58,10 @@ def _warn_fallback(spec_key: str, direction: str, why: str) -> None:
 # call, and custom_op's Python layers (autograd_impl -> redispatch -> backend_impl -> the
 # disable-dynamo wrapper) cost ~35 µs of host time per call on the H200 machine.
 _lib = torch.library.Library("te_compile", "DEF")
-_TAGS = (torch.Tag.pt2_compliant_tag,)
+# cudagraph_unsafe: Inductor leaves graphs with these ops out of CUDA graphs (mode="reduce-overhead").
+# Recording them failed on the GPU machine ("storage data ptrs are not allocated in pool"), so
+# te_compile's graphs run without CUDA graphs and everything else keeps them.
+_TAGS = (torch.Tag.pt2_compliant_tag, torch.Tag.cudagraph_unsafe)
 _lib.define("attn_fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor[] extra, str spec) -> (Tensor, Tensor)",
             tags=_TAGS)
 _lib.define("attn_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? bias, "
@@ -94,6 +97,11 @@ def _block_layout(spec: AttentionSpec) -> tuple[int, int, bool, "ir.Expr"]:
 def _check_block_mask(spec: AttentionSpec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Tensor]) -> None:
     from . import blockmask
 
+    if q.is_cuda and torch.cuda.is_current_stream_capturing():
+        # CUDA graph capture (mode="reduce-overhead"): no checking work can run (it syncs); the
+        # capture replays what the warm-up run, which did check this BlockMask, computed
+        _note_capture_skip()
+        return
     qb, kb, has_full, mask = _block_layout(spec)
     kv_num, kv_idx = block[0], block[1]
     full_num, full_idx = (block[2], block[3]) if has_full else (None, None)
@@ -107,6 +115,18 @@ def _check_block_mask(spec: AttentionSpec, q: Tensor, k: Tensor, inputs: list[Te
             f"mask_mod ({why}). Compiled flex_attention honours the block structure, te_compile applies "
             "mask_mod element-wise, so it refuses to run rather than give a different answer. Build the mask "
             "with create_block_mask(mask_mod, ...), or compile this model without te_compile.")
+
+
+_capture_noted = False
+
+
+def _note_capture_skip() -> None:
+    global _capture_noted
+    if not _capture_noted:
+        _capture_noted = True
+        log.warning("te_compile: under CUDA graph capture the run-time BlockMask check is skipped; graph replays "
+                    "do not re-check a different BlockMask passed later (the compile-time and warm-up checks "
+                    "still apply). Build BlockMasks with create_block_mask.")
 
 
 def _lse_dtype(q: Tensor) -> torch.dtype:
@@ -205,6 +225,9 @@ def _attn_bwd_cuda(dout, q, k, v, out, lse, bias, extra, spec, need_dbias):
 def _verify_forward(spec_key, s, q, k, v, bias, inputs, out, lse) -> None:
     from . import verify
 
+    if torch.cuda.is_current_stream_capturing():
+        return  # the warm-up run before a CUDA graph capture is verified instead
+
     if not verify.first_time(verify.key_of("fwd", spec_key, (q, k, v, bias, *inputs))):
         return
     ref_out, ref_lse = reference.attention_forward(q, k, v, bias, s, inputs)
@@ -217,6 +240,9 @@ def _verify_forward(spec_key, s, q, k, v, bias, inputs, out, lse) -> None:
 
 def _verify_backward(spec_key, s, dout, q, k, v, out, lse, bias, need_dbias, inputs, grads) -> None:
     from . import verify
+
+    if torch.cuda.is_current_stream_capturing():
+        return
 
     if not verify.first_time(verify.key_of("bwd", spec_key, (dout, q, k, v, bias, *inputs), need_dbias)):
         return

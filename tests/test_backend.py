@@ -72,3 +72,21 @@ def test_demo_runs_on_cpu(capsys):
     line = next(ln for ln in out.splitlines() if ln.startswith("max rel. error"))
     errs = [float(tok.rstrip(",")) for tok in line.split() if tok.rstrip(",").replace(".", "").replace("e-", "").isdigit()]
     assert errs and max(errs) < 1e-4, line
+
+
+def test_torch_compile_mode_and_options_reach_the_backend(caplog):
+    """torch.compile(..., backend="te_compile", mode=...) passes mode/options to the backend: they
+    configure Inductor (mode="reduce-overhead" is CUDA graphs) instead of failing with a TypeError."""
+    import torch.nn.functional as F
+
+    fn = lambda q: F.scaled_dot_product_attention(q, q, q, is_causal=True)  # noqa: E731
+    q = torch.randn(1, 2, 8, 8)
+    for kw in ({"mode": "max-autotune-no-cudagraphs"}, {"options": {"max_autotune": False}}):
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(fn, backend="te_compile", **kw)(q), fn(q))
+    torch._dynamo.reset()
+    be = te_compile.backend(inner="aot_eager", target="reference")
+    with caplog.at_level("WARNING", logger="te_compile"):
+        out = torch.compile(fn, backend=lambda gm, ex: be(gm, ex, mode="reduce-overhead"))(q)
+    torch.testing.assert_close(out, fn(q))
+    assert "inner='aot_eager' ignores it" in caplog.text

@@ -167,19 +167,12 @@ def _handle(device: torch.device) -> Any:
 
 
 def _workspace(nbytes: int, device: torch.device) -> Tensor:
-    """A workspace of at least ``nbytes`` on ``device``, reused per (thread, device, stream).
+    """A workspace for one execute, from torch's caching allocator (so freed right after).
 
-    Calls on one stream run in order, so they can share one buffer (what torch's own cuDNN
-    calls do); a new stream gets its own. Saves an allocation per call (host time)."""
-    stream = torch._C._cuda_getCurrentRawStream(device.index)
-    wss = getattr(_tls, "workspaces", None)
-    if wss is None:
-        wss = _tls.workspaces = {}
-    key = (device.index, stream)
-    ws = wss.get(key)
-    if ws is None or ws.numel() < nbytes:
-        ws = wss[key] = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
-    return ws
+    Not cached across calls: under CUDA graphs (mode="reduce-overhead") a buffer kept alive from
+    the warm-up run sits in the graph's memory pool, and cudagraph trees refuse to record
+    ("tensor(s) in the cudagraph pool not tracked as outputs", H100/H200 test)."""
+    return torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
 
 
 def _operand(t: Tensor) -> Tensor:

@@ -1,0 +1,55 @@
+"""GPU: torch.compile(mode="reduce-overhead") (CUDA graphs) with te_compile's ops: the ops are
+tagged cudagraph_unsafe, so Inductor runs their graphs without CUDA graphs; results stay right.
+
+Run on the GPU machine:  python3 -m pytest -q -m cuda tests
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+import te_compile
+from forms import rel_err
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU with cuDNN")]
+
+
+def _sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+L = 256
+_BM = None
+
+
+def _flex(q, k, v):
+    return flex_attention(q, k, v, block_mask=_BM, score_mod=lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0))
+
+
+@pytest.mark.parametrize("fn", [_sdpa, _flex], ids=["sdpa_causal", "flex_softcap_causal"])
+def test_reduce_overhead_replays_match_eager(fn):
+    """Several steps with new input values: every replay matches eager float32, forward and backward."""
+    global _BM
+    _BM = create_block_mask(lambda b, h, q_, kv: q_ >= kv, 1, 1, L, L, device="cuda")
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="te_compile", mode="reduce-overhead")
+    report = te_compile.explain(fn, *(torch.randn(2, 4, L, 64, device="cuda", dtype=torch.bfloat16),) * 3)
+    assert [d.target for d in report.decisions] == ["cudnn"], str(report)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for step in range(4):
+        q, k, v = (torch.randn(2, 4, L, 64, device="cuda", generator=g, dtype=torch.bfloat16).requires_grad_()
+                   for _ in range(3))
+        dout = torch.randn(2, 4, L, 64, device="cuda", generator=g, dtype=torch.bfloat16)
+        out = compiled(q, k, v)
+        out.backward(dout)
+        got = [out.detach().float().clone()] + [t.grad.float() for t in (q, k, v)]
+        qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+        ref = fn(qf, kf, vf)
+        ref.backward(dout.float())
+        want = [ref.detach()] + [t.grad for t in (qf, kf, vf)]
+        errs = [rel_err(a, b) for a, b in zip(got, want)]
+        assert max(errs) < 2e-2, (step, errs)
