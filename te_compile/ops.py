@@ -286,14 +286,20 @@ class _AttnFunction(torch.autograd.Function):
 _IGNORED = torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)
 
 
-def _fwd_autograd(keyset, q, k, v, bias, extra, spec):
-    if torch.is_grad_enabled() and torch._C._any_requires_grad(q, k, v, bias, *extra):
-        return _AttnFunction.apply(keyset, q, k, v, bias, spec, *extra)
+def _below_autograd(op, cuda_kernel, keyset, *args):
+    """Run ``op`` below the Autograd key: the CUDA kernel directly in the common case (plain CUDA
+    tensors, no mode or subclass in the keyset), a redispatch otherwise."""
     below = keyset & torch._C._after_autograd_keyset
     with torch._C._AutoDispatchBelowAutograd():
         if (below - _IGNORED).highestPriorityTypeId() == torch._C.DispatchKey.CUDA:
-            return _attn_fwd_cuda(q, k, v, bias, extra, spec)  # the common case, without a redispatch
-        return _fwd_op.redispatch(below, q, k, v, bias, extra, spec)
+            return cuda_kernel(*args)
+        return op.redispatch(below, *args)
+
+
+def _fwd_autograd(keyset, q, k, v, bias, extra, spec):
+    if torch.is_grad_enabled() and torch._C._any_requires_grad(q, k, v, bias, *extra):
+        return _AttnFunction.apply(keyset, q, k, v, bias, spec, *extra)
+    return _below_autograd(_fwd_op, _attn_fwd_cuda, keyset, q, k, v, bias, extra, spec)
 
 
 def _bwd_autograd(keyset, *args):
@@ -301,11 +307,7 @@ def _bwd_autograd(keyset, *args):
         # attn_bwd has no derivative: refuse rather than return grads that silently lack one
         raise RuntimeError("te_compile: double backward (create_graph=True) through a te_compile attention op "
                            "is not supported; compile this model without te_compile for higher-order gradients")
-    below = keyset & torch._C._after_autograd_keyset
-    with torch._C._AutoDispatchBelowAutograd():
-        if (below - _IGNORED).highestPriorityTypeId() == torch._C.DispatchKey.CUDA:
-            return _attn_bwd_cuda(*args)
-        return _bwd_op.redispatch(below, *args)
+    return _below_autograd(_bwd_op, _attn_bwd_cuda, keyset, *args)
 
 
 for _name, _ref, _cuda, _fake, _ag in (("attn_fwd", _attn_fwd_reference, _attn_fwd_cuda, _attn_fwd_fake, _fwd_autograd),

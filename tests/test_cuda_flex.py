@@ -57,17 +57,22 @@ def _run(fn, args, dout):
     return out.detach().float(), lse.detach().float(), [a.grad.float() for a in args]
 
 
-def _served_and_matches(fn, q, k, v, dout, tol=TOL * 2.5):
-    """The site goes to cuDNN; compiled out, lse and q/k/v grads match eager flex in float32.
-    Returns the report (for extra checks)."""
+def _on_cudnn_and_eager(fn, q, k, v, dout):
+    """Assert the site goes to cuDNN; (report, compiled (out, lse, grads), eager float32 (out, lse, grads))."""
     torch._dynamo.reset()
     report = te_compile.explain(fn, q, k, v)
     assert [d.target for d in report.decisions] == ["cudnn"], str(report)
     compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a reference fallback would warn
-        out, lse, grads = _run(compiled, [q, k, v], dout)
-    ref_out, ref_lse, ref_grads = _run(fn, [q.float(), k.float(), v.float()], dout)
+        got = _run(compiled, [q, k, v], dout)
+    return report, got, _run(fn, [q.float(), k.float(), v.float()], dout)
+
+
+def _served_and_matches(fn, q, k, v, dout, tol=TOL * 2.5):
+    """The site goes to cuDNN; compiled out, lse and q/k/v grads match eager flex in float32.
+    Returns the report (for extra checks)."""
+    report, (out, lse, grads), (ref_out, ref_lse, ref_grads) = _on_cudnn_and_eager(fn, q, k, v, dout)
     errs = {"out": rel_err(out, ref_out), "lse": (lse - ref_lse).abs().max().item()}
     errs.update({n: rel_err(a, b) for n, a, b in zip("qkv", grads, ref_grads)})
     assert max(errs.values()) <= tol, errs
@@ -87,14 +92,7 @@ def test_flex_on_cudnn_matches_eager_fp32(score, mask, L=256, hk=H):
         return flex_attention(q, k, v, score_mod=SCORE_MODS[score], block_mask=bm, return_lse=True,
                               enable_gqa=hk != H)
 
-    torch._dynamo.reset()
-    report = te_compile.explain(fn, q, k, v)
-    assert [d.target for d in report.decisions] == ["cudnn"], str(report)
-    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)  # a reference fallback would warn
-        out, lse, grads = _run(compiled, [q, k, v], dout)
-    ref_out, ref_lse, ref_grads = _run(fn, [q.float(), k.float(), v.float()], dout)
+    _, (out, lse, grads), (ref_out, ref_lse, ref_grads) = _on_cudnn_and_eager(fn, q, k, v, dout)
     assert not out.isnan().any()
     errs = {"out": rel_err(out, ref_out)}
     finite = torch.isfinite(ref_lse)

@@ -95,10 +95,9 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
         if ir.buffers_used(mask) & learned:
             return keep(site, "the mask_mod gathers from a captured tensor that requires grad", **kw)
         mask_gather, mask = mask, ir.Expr.const(True)
-        why = _bias_too_big(q, k, mask_gather)
+        why = _bias_too_big(q, k, mask_gather, "mask_mod (it gathers from captured tensors)")
         if why:
-            return keep(site, why.replace("additive score_mod term", "mask_mod (it gathers from captured tensors)"),
-                        **kw)
+            return keep(site, why, **kw)
     try:
         if learned & ir.buffers_used(score):
             raise ir.NotPointwise("reads a captured tensor that requires grad")
@@ -216,14 +215,14 @@ def _block_density(nodes, q, k, qb: int, kb: int) -> Optional[float]:
         return None
 
 
-def _bias_too_big(q, k, g: ir.Expr) -> Optional[str]:
+def _bias_too_big(q, k, g: ir.Expr, what: str = "additive score_mod term") -> Optional[str]:
     try:
         B = int(q.shape[0]) if "b" in g.leaves() else 1
         n = B * int(q.shape[1]) * int(q.shape[2]) * int(k.shape[2]) * q.element_size()
     except (TypeError, ValueError):
         return None  # symbolic sizes: not checked at compile time
     if n > MAX_BIAS_BYTES:
-        return (f"the additive score_mod term would be materialized as a {n / 2**30:.1f} GiB bias "
+        return (f"the {what} would be materialized as a {n / 2**30:.1f} GiB bias "
                 f"(limit te_compile.passes.flex.MAX_BIAS_BYTES = {MAX_BIAS_BYTES / 2**30:.0f} GiB)")
     return None
 
