@@ -135,14 +135,26 @@ def _inductor_config(inner: str, mode: Optional[str], options: Optional[dict]) -
     return {**(list_mode_options(mode) if mode and mode != "default" else {}), **(options or {})}
 
 
+def _copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
+    """A copy of ``graph`` (nodes with their meta) to restore when a rewrite fails half-way."""
+    new = torch.fx.Graph(owning_module=graph.owning_module, tracer_cls=graph._tracer_cls)
+    out = new.graph_copy(graph, {})
+    new.output(out)
+    return new
+
+
 def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
                   mode: Optional[str] = None, inductor_options: Optional[dict] = None) -> Callable:
     """Rewrite ``gm`` in place, record and log the decisions, then run the inner compiler."""
     global _graph_counter
     _graph_counter += 1
+    original = _copy_graph(gm.graph)
     try:
         decisions = rewrite_graph(gm, options.target, _checker(options.target), options.verify)
     except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
+        # the rewrite may have stopped half-way: hand on the graph as Dynamo captured it
+        gm.graph = original
+        gm.recompile()
         log.warning("te_compile: rewrite failed (%s: %s); graph left unchanged", type(e).__name__, e)
         decisions = []
     report = GraphReport(_graph_counter, decisions, gm.code, options)

@@ -415,8 +415,8 @@ def _kind(e: Expr, score_kind: str) -> str:
         return "float"
     if "float" in kinds:
         return "float"
-    if all(k == "bool" for k in kinds) and op in ("where",):
-        return "bool"
+    if all(k == "bool" for k in kinds) and op in ("where", "add", "mul", "min", "max"):
+        return "bool"  # torch: bool + bool is OR, bool * bool is AND, both stay bool
     return "int"
 
 
@@ -507,12 +507,11 @@ def _simplify(e: Expr) -> Expr:
     if op == "not" and args[0].op == "const" and isinstance(args[0].value, bool):
         return Expr.const(not args[0].value)
     if op in ("add", "sub", "mul", "div") and len(args) == 2:
-        kept_type = {kind_of(a) for a in args}
         folded = {"add": add, "sub": sub, "mul": mul, "div": div}[op](*args)
-        # identities must not change the result type (x_int * 1.0 is a float in torch)
-        if kind_of(folded) == kind_of(Expr(op, args)) or "float" not in kept_type:
-            if folded.op != op or folded.args != args:
-                return folded
+        # identities must not change the result type: x_int * 1.0 is a float, and bool * 1 is an
+        # int in torch (dropping the `* 1` would turn a later `+` into a logical or)
+        if kind_of(folded) == kind_of(Expr(op, args)) and (folded.op != op or folded.args != args):
+            return folded
     return Expr(op, args, value=e.value, dtype=e.dtype)
 
 
@@ -526,18 +525,58 @@ def substitute(e: Expr, name: str, value: Expr) -> Expr:
 
 
 def linear_in_score(e: Expr) -> Optional[tuple[float, Expr]]:
-    """(a, g) when ``e == a * score + g`` with a constant ``a`` (not 0 or 1) and ``g`` free of score
-    (its derivative is the constant a), else None. ``a`` can then go into the softmax scale."""
+    """(a, g) when ``e == a * score + g`` *by structure* (sums, differences, negations, products and
+    quotients by score-free factors, float casts), with a constant ``a`` (not 0 or 1) and ``g`` free
+    of score; else None. ``a`` can then go into the softmax scale.
+
+    A constant derivative is not enough: ``s * 2 + (s > 0)`` or ``remainder(s, 1.0)`` have one
+    almost everywhere but are not affine (the step would be lost)."""
     if "score" not in e.leaves():
         return None
-    d = derivative(e)
-    if not d.is_const() or isinstance(d.value, bool):
+    parts = _affine(e)
+    if parts is None:
         return None
-    a = float(d.value)
+    a_expr, g = parts
+    a_expr = simplify(a_expr)
+    if a_expr.op != "const" or isinstance(a_expr.value, bool):
+        return None
+    a = float(a_expr.value)
     if a in (0.0, 1.0) or not math.isfinite(a):
         return None  # 1: nothing to fold
-    g = simplify(substitute(e, "score", Expr.const(0.0)))
-    return (a, g) if "score" not in g.leaves() else None
+    return a, simplify(g)
+
+
+_EXACT_FLOAT_CASTS = ("float32", "float64")
+
+
+def _affine(e: Expr) -> Optional[tuple[Expr, Expr]]:
+    """(a, g) with ``e == a * score + g`` and a, g free of score, read off the structure, or None."""
+    if "score" not in e.leaves():
+        return (_c(0.0), e) if kind_of(e) != "bool" else None
+    if e.op == "score":
+        return (_c(1.0), _c(0.0))
+    if e.op == "cast" and e.dtype in _EXACT_FLOAT_CASTS:
+        return _affine(e.args[0])
+    if e.op == "neg":
+        x = _affine(e.args[0])
+        return None if x is None else (neg(x[0]), neg(x[1]))
+    if e.op in ("add", "sub"):
+        x, y = _affine(e.args[0]), _affine(e.args[1])
+        if x is None or y is None:
+            return None
+        f = add if e.op == "add" else sub
+        return f(x[0], y[0]), f(x[1], y[1])
+    if e.op == "mul":
+        for i in (0, 1):
+            c, other = e.args[i], e.args[1 - i]
+            if "score" not in c.leaves() and kind_of(c) != "bool":
+                x = _affine(other)
+                return None if x is None else (mul(x[0], c), mul(x[1], c))
+        return None
+    if e.op == "div" and "score" not in e.args[1].leaves() and kind_of(e.args[1]) != "bool":
+        x = _affine(e.args[0])
+        return None if x is None else (div(x[0], e.args[1]), div(x[1], e.args[1]))
+    return None
 
 
 # --------------------------------------------------------------------------- additive split

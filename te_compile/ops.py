@@ -1,11 +1,13 @@
 """The te_compile custom ops: the only bridge between graph passes and cuDNN.
 
 ``te_compile::attn_fwd(q, k, v, bias?, extra[], spec) -> (out, lse)``
-``te_compile::attn_bwd(dout, q, k, v, out, lse, bias?, extra[], spec, need_dbias)
+``te_compile::attn_bwd(dout, q, k, v, out, lse, bias?, extra[], spec, need_dbias, dlse?)
     -> (dq, dk, dv, dbias)``
 
 * ``spec`` is ``AttentionSpec.key()``: the whole non-tensor description of the call.
-* ``lse`` is the natural-log logsumexp, float32 ``[B, Hq, L]`` (-inf on fully-masked rows).
+* ``lse`` is the natural-log logsumexp, float32 ``[B, Hq, L]`` (-inf on fully-masked rows). It is
+  differentiable (flex's is): ``dlse`` is its gradient, None when nothing uses lse, and enters the
+  backward as ``dS = P * (dP - delta + dlse)``.
 * ``bias`` is a float tensor in q's dtype that broadcasts to ``[B, Hq, L, S]``.
 * ``extra`` is reserved for captured score_mod tensors (flex); SDPA passes ``[]``.
 * ``dbias`` has bias's shape when ``need_dbias``; otherwise it is an empty placeholder
@@ -65,7 +67,7 @@ _TAGS = (torch.Tag.pt2_compliant_tag, torch.Tag.cudagraph_unsafe)
 _lib.define("attn_fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor[] extra, str spec) -> (Tensor, Tensor)",
             tags=_TAGS)
 _lib.define("attn_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? bias, "
-            "Tensor[] extra, str spec, bool need_dbias) -> (Tensor, Tensor, Tensor, Tensor)", tags=_TAGS)
+            "Tensor[] extra, str spec, bool need_dbias, Tensor? dlse=None) -> (Tensor, Tensor, Tensor, Tensor)", tags=_TAGS)
 
 
 def _attn_fwd_reference(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], extra: list[Tensor],
@@ -169,10 +171,10 @@ def _attn_fwd_cuda(q, k, v, bias, extra, spec):
 
 def _attn_bwd_reference(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                         bias: Optional[Tensor], extra: list[Tensor], spec: str,
-                        need_dbias: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+                        need_dbias: bool, dlse: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Attention backward on any device: the reference math."""
     s = AttentionSpec.from_key(spec)
-    grads = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, extra[: s.n_inputs])
+    grads = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, extra[: s.n_inputs], dlse)
     return _place_grads(grads, q, k, v, bias, need_dbias)
 
 
@@ -195,7 +197,7 @@ def _dbias_out(dbias: Optional[Tensor], q: Tensor, bias: Optional[Tensor], need_
     return q.new_empty((0,))
 
 
-def _attn_bwd_fake(dout, q, k, v, out, lse, bias, extra, spec, need_dbias):
+def _attn_bwd_fake(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse=None):
     dq = empty_like_layout(q.shape, q)
     dk = empty_like_layout(k.shape, k)
     dv = empty_like_layout(v.shape, v)
@@ -203,20 +205,20 @@ def _attn_bwd_fake(dout, q, k, v, out, lse, bias, extra, spec, need_dbias):
     return dq, dk, dv, dbias
 
 
-def _attn_bwd_cuda(dout, q, k, v, out, lse, bias, extra, spec, need_dbias):
+def _attn_bwd_cuda(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse=None):
     s = AttentionSpec.from_key(spec)
     inputs = list(extra[: s.n_inputs])
     if s.impl == "cudnn":
         from .cudnn import graphs
         try:
-            grads = graphs.backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs)
+            grads = graphs.backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs, dlse)
         except graphs.Unsupported as e:
             _warn_fallback(spec, "backward", str(e))
         else:
             if s.verify:
-                _verify_backward(spec, s, dout, q, k, v, out, lse, bias, need_dbias, inputs, grads)
+                _verify_backward(spec, s, dout, q, k, v, out, lse, bias, need_dbias, inputs, grads, dlse)
             return grads
-    grads = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs)
+    grads = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs, dlse)
     return _place_grads(grads, q, k, v, bias, need_dbias)
 
 
@@ -238,15 +240,15 @@ def _verify_forward(spec_key, s, q, k, v, bias, inputs, out, lse) -> None:
     log.info("te_compile verify: forward (%s) agrees with the reference", s.describe())
 
 
-def _verify_backward(spec_key, s, dout, q, k, v, out, lse, bias, need_dbias, inputs, grads) -> None:
+def _verify_backward(spec_key, s, dout, q, k, v, out, lse, bias, need_dbias, inputs, grads, dlse=None) -> None:
     from . import verify
 
     if torch.cuda.is_current_stream_capturing():
         return
 
-    if not verify.first_time(verify.key_of("bwd", spec_key, (dout, q, k, v, bias, *inputs), need_dbias)):
+    if not verify.first_time(verify.key_of("bwd", spec_key, (dout, q, k, v, bias, *inputs), (need_dbias, dlse is None))):
         return
-    ref = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs)
+    ref = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs, dlse)
     why = verify.compare("backward", ("dq", "dk", "dv", "dbias"), grads, ref)
     if why:
         raise verify.VerificationError(f"te_compile verify: cuDNN {why}; spec {s.describe()}, "
@@ -267,18 +269,21 @@ class _AttnFunction(torch.autograd.Function):
         ctx.n_extra = len(extra)
         ctx.save_for_backward(q, k, v, out, lse, bias, *extra[: AttentionSpec.from_key(spec).n_inputs])
         ctx.spec = spec
-        ctx.mark_non_differentiable(lse)
+        # lse is differentiable (flex's is); an unused lse gives dlse = None, not a zero tensor
+        ctx.set_materialize_grads(False)
         return out, lse
 
     @staticmethod
-    def backward(ctx, dout, _dlse):
+    def backward(ctx, dout, dlse):
         q, k, v, out, lse, bias, *extra = ctx.saved_tensors
+        if dout is None:
+            dout = torch.zeros_like(out)
         nig = ctx.needs_input_grad  # (keyset, q, k, v, bias, spec, *extra)
         if any(nig[6:]):
             # the rewrite keeps such sites; never hand back a silent zero/None gradient
             raise RuntimeError("te_compile: gradients for captured score_mod tensors are not supported")
         need_dbias = bias is not None and bool(nig[4])
-        dq, dk, dv, dbias = _bwd_op(dout, q, k, v, out, lse, bias, list(extra), ctx.spec, need_dbias)
+        dq, dk, dv, dbias = _bwd_op(dout, q, k, v, out, lse, bias, list(extra), ctx.spec, need_dbias, dlse)
         return (None, dq if nig[1] else None, dk if nig[2] else None, dv if nig[3] else None,
                 dbias if need_dbias else None, None, *([None] * ctx.n_extra))
 
@@ -303,7 +308,7 @@ def _fwd_autograd(keyset, q, k, v, bias, extra, spec):
 
 
 def _bwd_autograd(keyset, *args):
-    if torch.is_grad_enabled() and torch._C._any_requires_grad(*args[:7], *args[7]):
+    if torch.is_grad_enabled() and torch._C._any_requires_grad(*args[:7], *args[7], *args[10:11]):
         # attn_bwd has no derivative: refuse rather than return grads that silently lack one
         raise RuntimeError("te_compile: double backward (create_graph=True) through a te_compile attention op "
                            "is not supported; compile this model without te_compile for higher-order gradients")
@@ -319,6 +324,28 @@ for _name, _ref, _cuda, _fake, _ag in (("attn_fwd", _attn_fwd_reference, _attn_f
 
 _fwd_op = torch.ops.te_compile.attn_fwd.default
 _bwd_op = torch.ops.te_compile.attn_bwd.default
+
+
+def _autocast_kernel(device_type: str, key: "torch._C.DispatchKey"):
+    """attn_fwd under torch.autocast: like eager SDPA and flex, float inputs run in the autocast dtype
+    (so fp32 q/k/v under autocast(bfloat16) give a bfloat16 output). The casts are ordinary
+    differentiable ``.to`` calls, so gradients reach the fp32 inputs. The (in i) inputs stay fp32."""
+    excluded = torch._C.DispatchKeySet(key)
+
+    def kernel(q, k, v, bias, extra, spec):
+        dt = torch.get_autocast_dtype(device_type)
+
+        def cast(t):
+            if t is None or not t.is_floating_point() or t.dtype in (torch.float64, dt):
+                return t
+            return t.to(dt)
+        with torch._C._ExcludeDispatchKeyGuard(excluded):
+            return _fwd_op(cast(q), cast(k), cast(v), cast(bias), extra, spec)
+    return kernel
+
+
+_lib.impl("attn_fwd", _autocast_kernel("cuda", torch._C.DispatchKey.AutocastCUDA), "AutocastCUDA")
+_lib.impl("attn_fwd", _autocast_kernel("cpu", torch._C.DispatchKey.AutocastCPU), "AutocastCPU")
 attn_fwd = torch.ops.te_compile.attn_fwd
 attn_bwd = torch.ops.te_compile.attn_bwd
 

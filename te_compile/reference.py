@@ -84,10 +84,12 @@ def _scores(q: Tensor, k: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
 
 
 def _probs(s: Tensor, lse: Tensor) -> Tensor:
-    """softmax from scores and lse; rows with lse = -inf are all zero."""
-    safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
+    """softmax from scores and lse; rows with lse = -inf (fully masked) are all zero. A +inf or NaN
+    lse (an inf or NaN input) gives NaN, as in eager."""
+    masked = lse == float("-inf")
+    safe = torch.where(masked, torch.zeros_like(lse), lse)
     p = torch.exp(s - safe.unsqueeze(-1))
-    return torch.where(torch.isinf(lse).unsqueeze(-1), torch.zeros_like(p), p)
+    return torch.where(masked.unsqueeze(-1), torch.zeros_like(p), p)
 
 
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
@@ -108,19 +110,28 @@ def _reduce_heads(g: Tensor, hk: int) -> Tensor:
     return g.reshape(B, hk, hq // hk, *g.shape[2:]).sum(dim=2)
 
 
+def _reduce_batch(g: Tensor, b: int) -> Tensor:
+    """Sum a [B, ...] gradient to a K/V batch of 1 (K/V broadcast over the batch)."""
+    return g if g.shape[0] == b else g.sum(dim=0, keepdim=True)
+
+
 def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                        bias: Optional[Tensor], spec: AttentionSpec, need_dbias: bool,
-                       extra: Sequence[Tensor] = ()) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
-    """(dq, dk, dv, dbias or None); dbias has bias's own (broadcast) shape."""
+                       extra: Sequence[Tensor] = (), dlse: Optional[Tensor] = None
+                       ) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """(dq, dk, dv, dbias or None); dbias has bias's own (broadcast) shape. ``dlse`` is the gradient
+    of the (natural-log) lse output, or None: d lse / d score = P, so it joins dP."""
     ct = compute_dtype(q.dtype)
     hq, hk = q.shape[1], k.shape[1]
     scale = spec.scale_for(q.shape[-1])
     s = _scores(q, k, bias, spec, extra)
     p = _probs(s, lse.to(ct))
     do = dout.to(ct)
-    dv = _reduce_heads(torch.matmul(p.transpose(-2, -1), do), hk)
+    dv = _reduce_batch(_reduce_heads(torch.matmul(p.transpose(-2, -1), do), hk), v.shape[0])
     dp = torch.matmul(do, _expand_kv(v, hq).to(ct).transpose(-2, -1))
     delta = (do * out.to(ct)).sum(dim=-1, keepdim=True)
+    if dlse is not None:
+        delta = delta - dlse.to(ct).unsqueeze(-1)
     ds = p * (dp - delta)  # d loss / d (modified, biased score)
     dbias_src = ds
     if spec.score:
@@ -130,7 +141,7 @@ def attention_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
         fprime = ir.evaluate(ir.derivative(spec.score_expr()), env).to(ct)
         ds = torch.where(ds == 0, torch.zeros_like(ds), ds * fprime)
     dq = torch.matmul(ds, _expand_kv(k, hq).to(ct)) * scale
-    dk = _reduce_heads(torch.matmul(ds.transpose(-2, -1), q.to(ct)) * scale, hk)
+    dk = _reduce_batch(_reduce_heads(torch.matmul(ds.transpose(-2, -1), q.to(ct)) * scale, hk), k.shape[0])
     dbias = None
     if need_dbias and bias is not None:
         dbias = dbias_src.sum_to_size(bias.shape).to(bias.dtype)

@@ -29,7 +29,7 @@ from torch import Tensor
 
 import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 
-from ..layout import contiguous_strides, like_layout_strides
+from ..layout import contiguous_strides, empty_like_layout, like_layout_strides
 from ..spec import AttentionSpec
 from .emit import Emitter, constants, native_band, structure, unsupported_reason
 
@@ -381,8 +381,37 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
     return out, lse
 
 
+#: extra head-dim columns that carry dlse into cuDNN's backward (a multiple of 8, cuDNN's granule)
+_DLSE_PAD = 8
+
+
+def _with_dlse(dout: Tensor, v: Tensor, out: Tensor, dlse: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(dout', v', out') such that cuDNN's backward on them computes the gradient with dlse.
+
+    cuDNN's backward reads O only through delta = rowsum(dO * O), and dS = P * (dP - delta). The
+    gradient through lse adds P * dlse: dS = P * (dP - (delta - dlse)). Two extra columns with
+    dO' = 1 and O' = -dlse (split into a bf16/fp16 high and low part, so dlse keeps ~16 bits)
+    subtract dlse from delta; V' = 0 there keeps dP unchanged, and dV's extra columns are dropped."""
+    neg = (-dlse.float()).unsqueeze(-1)
+    hi = neg.to(out.dtype)
+    lo = (neg - hi.float()).to(out.dtype)
+    zeros_o = out.new_zeros(*out.shape[:-1], _DLSE_PAD - 2)
+    ones = dout.new_ones(*dout.shape[:-1], 2)
+    out2 = torch.cat([out, hi, lo, zeros_o], dim=-1)
+    dout2 = torch.cat([dout, ones, dout.new_zeros(*dout.shape[:-1], _DLSE_PAD - 2)], dim=-1)
+    v2 = torch.cat([v, v.new_zeros(*v.shape[:-1], _DLSE_PAD)], dim=-1)
+    return dout2, v2, out2
+
+
 def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
-             spec: AttentionSpec, need_dbias: bool, extra=()) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+             spec: AttentionSpec, need_dbias: bool, extra=(), dlse: Optional[Tensor] = None
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    if dlse is not None:
+        dv_cols = v.shape[-1]
+        dout, v2, out = _with_dlse(dout, v, out, dlse)
+        dq, dk, dv, dbias = backward(dout, q, k, v2, out, lse, bias, spec, need_dbias, extra)
+        dv = dv[..., :dv_cols]
+        return dq, dk, empty_like_layout(v.shape, v).copy_(dv), dbias
     raw = (dout, q, k, v, out, lse, bias, *extra)
     sig = _sig("bwd", spec, bool(need_dbias), raw)
     plan = _plans.get(sig)

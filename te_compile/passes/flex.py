@@ -267,11 +267,13 @@ def apply_flex(gm: GraphModule, decision: Any) -> None:
         out = graph.call_function(operator.getitem, (call, 0))
         lse = graph.call_function(operator.getitem, (call, 1))
         lse2 = graph.call_function(operator.mul, (lse, _INV_LN2))
+    decision.replaced = {}
     for user in list(n.users):
         new = out if user.args[1] == 0 else lse2
         new.meta = dict(user.meta)
         user.replace_all_uses_with(new)
         graph.erase_node(user)
+        decision.replaced[user] = new
     attrs = [a for a in (n.args[3], n.args[4][-1]) if isinstance(a, Node)]
     graph.erase_node(n)
     if not lse2.users:

@@ -47,6 +47,7 @@ class Decision:
     mask: str = "none"
     bias_conversion: Optional[str] = None  # "bool->bias" | "cast" | None
     replacement: Optional[str] = None  # name of the node that now carries the output
+    replaced: Optional[dict] = None  # old node -> the node that now stands for it (set by apply)
     plan: Optional[dict] = None  # flex: what apply() inserts (terms, captured tensors, BlockMask nodes)
     score: str = ""  # flex: the score_mod as a readable ScoreExpr ("" for SDPA / identity)
 
@@ -191,6 +192,28 @@ def apply(gm: GraphModule, decision: Decision) -> None:
     n.replace_all_uses_with(out)
     graph.erase_node(n)
     decision.replacement = call.name
+    decision.replaced = {n: out}
+
+
+def _sub(x: Any, replaced: dict) -> Any:
+    if isinstance(x, Node):
+        while x in replaced:
+            x = replaced[x]
+        return x
+    if isinstance(x, (list, tuple)):
+        return type(x)(_sub(y, replaced) for y in x)
+    return x
+
+
+def _remap(d: Decision, replaced: dict) -> None:
+    """Point ``d``'s site and plan at the nodes that replaced the ones they name."""
+    if not replaced:
+        return
+    site = d.site
+    for f in ("q", "k", "v", "attn_mask", "score_buffers", "mask_buffers"):
+        setattr(site, f, _sub(getattr(site, f), replaced))
+    if d.plan:
+        d.plan = {key: _sub(val, replaced) for key, val in d.plan.items()}
 
 
 def _safe_decide(site: AttentionSite, target: str, checker: Optional[Checker]) -> Decision:
@@ -214,8 +237,14 @@ def rewrite_graph(gm: GraphModule, target: str = "auto", checker: Optional[Check
         for d in decisions:
             if d.rewrite and d.spec is not None:
                 d.spec = dataclasses.replace(d.spec, verify=True)
+    replaced: dict[Node, Node] = {}
     for d in decisions:
-        apply(gm, d)
+        if d.rewrite:
+            # a site may read what an earlier rewrite replaced (sdpa(sdpa(q, k, v), k, v)): its
+            # operands are the earlier site's old output nodes, now erased
+            _remap(d, replaced)
+            apply(gm, d)
+            replaced.update(d.replaced or {})
     if any(d.rewrite for d in decisions):
         gm.graph.lint()
         gm.recompile()

@@ -187,10 +187,22 @@ def _translate(n: Node, arg) -> Expr:
         base, idx = a[0], a[1]
         if any(i is None for i in idx):
             raise Untranslatable("index with slices")
-        return Expr("index", (arg(base), *(arg(i) for i in idx)))
+        return _index(arg(base), [arg(i) for i in idx])
+    if t == aten.select.int:  # T[0] with a Python int: the same as T[0] by index when dim is 0
+        if (a[1] if len(a) > 1 else kw.get("dim")) != 0:
+            raise Untranslatable("select along a dimension other than the first")
+        return _index(arg(a[0]), [arg(a[2])])
     if t in (aten.gather.default, aten.index_select.default, operator.getitem):
         raise Untranslatable(f"{_op_name(n)}: gathers from a tensor by index (not pointwise in cuDNN)")
     raise Untranslatable(f"{_op_name(n)} has no cuDNN pointwise equivalent in te_compile's table")
+
+
+def _index(base: Expr, idx: list[Expr]) -> Expr:
+    """``base[idx...]``; chained indexing (``T[b][q_idx]``) is one gather ``T[b, q_idx]``: inside a
+    score_mod every index is a scalar, so indexing the result of an index reads the next dims."""
+    if base.op == "index":
+        return Expr("index", (*base.args, *idx))
+    return Expr("index", (base, *idx))
 
 
 def translate(sub: GraphModule, kind: str, score_dtype: torch.dtype,

@@ -1,0 +1,678 @@
+"""Differential fuzzer: te_compile against eager PyTorch, on random and peer score_mods / mask_mods.
+
+Each case is a flex_attention (or SDPA) call written as Python source: a random score_mod /
+mask_mod drawn from everything te_compile claims to translate (te_compile's op table, index
+arithmetic, captured tensors indexed by b / h / q_idx / kv_idx, learned or frozen, where /
+comparisons / logical ops, casts), or one of PyTorch's and attention-gym's own (``peers.py``),
+on a random shape (lengths that are not multiples of the tile, L != S, GQA, Dv != D, K/V batch 1,
+custom scale, non-contiguous inputs, block sizes), with or without return_lse (lse in the loss)
+and gradients. The case runs compiled with te_compile and in eager, and every output and gradient
+(q, k, v, learned captured tensors) is compared:
+
+* CPU: te_compile's reference target in float64 against eager float64;
+* CUDA: te_compile (cuDNN) in bfloat16 against eager float32, tolerance
+  ``max(3 x eager-bf16 error, 1e-2)`` per tensor (errors relative to the tensor's largest value).
+
+Outcomes: ``pass`` (served and equal), ``kept`` (te_compile kept the node: fine), ``wrong``
+(served and beyond tolerance, or non-finite where eager is finite), ``crash`` (te_compile raised),
+``invalid`` (eager itself raised or is not finite: the case says nothing). Every failure prints a
+standalone reproducer; the run ends with one summary line.
+
+    python -m te_compile.testing.fuzz --cases 300 --seed 0            # CPU, reference target
+    python -m te_compile.testing.fuzz --device cuda --cases 500 --jobs 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import textwrap
+import time
+import traceback
+from typing import Any, Optional
+
+import torch
+
+
+# --------------------------------------------------------------------------- cases
+
+
+@dataclasses.dataclass
+class Case:
+    seed: int
+    kind: str = "flex"  # "flex" | "sdpa" | "sdpa_chain" | "flex_chain"
+    score: Optional[str] = None  # source of `def score_mod(score, b, h, q_idx, kv_idx)`
+    mask: Optional[str] = None  # source of `def mask_mod(b, h, q_idx, kv_idx)`
+    captured: list = dataclasses.field(default_factory=list)  # [Captured as a dict]
+    B: int = 2
+    H: int = 2
+    HKV: int = 2
+    L: int = 16
+    S: int = 16
+    D: int = 8
+    DV: int = 8
+    scale: Optional[float] = None
+    return_lse: bool = False
+    lse_loss: bool = False
+    block: int = 128
+    no_grad: bool = False
+    kv_batch1: bool = False
+    noncontig: bool = False
+    # SDPA only
+    is_causal: bool = False
+    attn_mask: str = ""  # "" | "bool" | "float" | "float_learned"
+    autocast: bool = False
+    peer: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(s: str) -> "Case":
+        d = json.loads(s)
+        return Case(**d)
+
+    def describe(self) -> str:
+        what = self.peer or self.kind
+        shape = f"B{self.B} H{self.H}/{self.HKV} L{self.L} S{self.S} D{self.D}/{self.DV}"
+        flags = [f for f, on in (("lse_loss", self.lse_loss), ("lse", self.return_lse and not self.lse_loss),
+                                 ("no_grad", self.no_grad), ("kv_b1", self.kv_batch1),
+                                 ("noncontig", self.noncontig), ("causal", self.is_causal),
+                                 ("autocast", self.autocast)) if on]
+        if self.attn_mask:
+            flags.append("mask=" + self.attn_mask)
+        if self.scale is not None:
+            flags.append(f"scale={self.scale:g}")
+        if self.block != 128:
+            flags.append(f"block={self.block}")
+        return f"seed {self.seed} {what} {shape} {' '.join(flags)}".strip()
+
+
+# --------------------------------------------------------------------------- random score_mods / mask_mods
+
+
+class _Gen:
+    """Random Python expressions over the score_mod / mask_mod arguments, with the captured tensors
+    they read."""
+
+    def __init__(self, rng: random.Random, case: Case):
+        self.r = rng
+        self.c = case
+        self.captured: list[dict] = []
+
+    def cap(self, shape: tuple, make: str = "randn", dtype: str = "float32", learned: bool = False) -> str:
+        name = f"T{len(self.captured)}"
+        self.captured.append({"name": name, "shape": shape, "make": make, "dtype": dtype, "learned": learned})
+        return name
+
+    # -- integers (index arithmetic)
+    def idx(self, depth: int, mask: bool = False) -> str:
+        r = self.r
+        leaves = ["q_idx", "kv_idx", "q_idx", "kv_idx", "b", "h", str(r.randint(0, 9))]
+        if depth <= 0 or r.random() < 0.35:
+            return r.choice(leaves)
+        k = r.randrange(9)
+        a = self.idx(depth - 1, mask)
+        if k < 3:
+            return f"({a} {r.choice(['+', '-', '*'])} {self.idx(depth - 1, mask)})"
+        if k == 3:
+            return f"({a} // {r.randint(1, 8)})"
+        if k == 4:
+            return f"({a} % {r.randint(1, 8)})"
+        if k == 5:  # (one operand is always a tensor: torch.minimum takes no Python ints)
+            return f"torch.{r.choice(['minimum', 'maximum'])}({a}, {r.choice(['q_idx', 'kv_idx', 'h'])} + {self.idx(depth - 1, mask)})"
+        if k == 6:
+            return f"torch.abs({a})"
+        if k == 7:  # a captured int tensor indexed by b or h (offsets, lengths)
+            by = "b" if r.random() < 0.6 else "h"
+            t = self.cap((by.upper(),), "randint:0:8", "int64")
+            return f"{t}[{by}]"
+        return f"({a} - {self.idx(depth - 1, mask)})"
+
+    def cond(self, depth: int, with_score: bool) -> str:
+        r = self.r
+        k = r.randrange(10)
+        if with_score and k < 3:
+            return f"(score {r.choice(['>', '<', '>=', '<='])} {r.choice(['0.0', '0.5', '-0.25', '1.0'])})"
+        if depth > 0 and k == 3:
+            return f"({self.cond(depth - 1, with_score)} {r.choice(['&', '|'])} {self.cond(depth - 1, with_score)})"
+        if depth > 0 and k == 4:
+            return f"~{self.cond(depth - 1, with_score)}"
+        if k == 5:  # a length / window per batch element or head
+            t = self.cap(("B",), f"randint:1:{max(2, self.c.S + 1)}", "int64")
+            return f"(kv_idx < {t}[b])"
+        if k == 6:
+            return f"(q_idx - kv_idx {r.choice(['<=', '<', '>=', '>'])} {r.randint(-4, 12)})"
+        if k == 7 and with_score and depth > 0:
+            t = self.cap(("B",), "randn")
+            return f"(score <= {t}[b])"
+        return f"({self.idx(1)} {r.choice(['>=', '<=', '>', '<', '==', '!='])} {self.idx(1)})"
+
+    # -- the score_mod body (a float expression that reads score)
+    def fexpr(self, depth: int) -> str:
+        r = self.r
+        if depth <= 0:
+            return r.choice(["score", "score", f"(score * {r.choice(['0.5', '2', '1.5', '-1.0'])})"])
+        k = r.randrange(22)
+        a = self.fexpr(depth - 1)
+        if k < 3:
+            return f"({a} {r.choice(['+', '-', '*'])} {self.term(depth - 1)})"
+        if k == 3:
+            return f"({a} / {r.choice(['2.0', '3', '-4.0', '0.7'])})"
+        if k == 4:
+            return f"({r.choice(['1', '2.0', '-0.5'])} {r.choice(['-', '+', '*'])} {a})"
+        if k == 5:
+            c = r.choice(["5.0", "20.0", "30.0", "2.0"])
+            return f"({c} * torch.tanh({a} / {c}))"
+        if k == 6:
+            return f"torch.{r.choice(['tanh', 'sigmoid', 'sin', 'cos', 'abs', 'neg'])}({a})"
+        if k == 7:
+            return f"torch.exp({a} / 8.0)" if r.random() < 0.5 else f"torch.exp2(torch.clamp({a}, max=4.0))"
+        if k == 8:
+            return f"torch.log(torch.abs({a}) + 1.0)" if r.random() < 0.7 else f"torch.log({a})"
+        if k == 9:
+            return f"torch.sqrt(torch.abs({a}) + 0.5)" if r.random() < 0.7 else f"torch.rsqrt(torch.abs({a}) + 1.0)"
+        if k == 10:
+            return f"torch.where({self.cond(depth - 1, True)}, {a}, {r.choice([self.fexpr(depth - 1), self.term(0), '0.0', '-1.0'])})"
+        if k == 11:
+            return f"torch.clamp({a}, {r.choice(['min=-2.0', 'max=1.5', 'min=-1.0, max=1.0'])})"
+        if k == 12:
+            return f"({a} ** {r.choice(['2', '3', '0.5', '-1', '2.0'])})"
+        if k == 13:
+            return f"torch.{r.choice(['minimum', 'maximum'])}({a}, {self.fexpr(depth - 1)})"
+        if k == 14:  # bool / int arithmetic mixed into the score
+            return f"({a} {r.choice(['+', '-'])} {self.cond(0, False)} * {r.choice(['1', '2', '0.5'])})"
+        if k == 15:
+            return f"({a} + {r.choice(['(score > 0)', '(score > 0).float()', 'score.to(torch.int32)'])})"
+        if k == 16:
+            return f"torch.remainder({a}, {r.choice(['1.0', '3.0'])})"
+        if k == 17:
+            return f"({a}).float()" if r.random() < 0.5 else f"({a}).to(torch.float32)"
+        if k == 18:
+            return f"torch.abs({a}) ** {r.choice(['0.5', '1.5'])}"
+        return f"({a} + {self.term(depth - 1)})"
+
+    def term(self, depth: int) -> str:
+        """A score-free term: index arithmetic, constants, captured tensors."""
+        r = self.r
+        k = r.randrange(12)
+        if k < 2:
+            return f"({self.idx(depth)} * {r.choice(['0.1', '-0.05', '1', '0.25'])})"
+        if k == 2:
+            return r.choice(["0.5", "1.0", "-2.0", "3"])
+        if k == 3:
+            t = self.cap(("H",), "rand")
+            return f"{t}[h]"
+        if k == 4:
+            t = self.cap(("B", "H"), "randn")
+            return f"{t}[b, h]"
+        if k == 5:  # ALiBi-style
+            t = self.cap(("H",), "rand")
+            return f"{t}[h] * (kv_idx - q_idx)"
+        if k == 6:  # a learned or frozen additive table gathered by q/kv (materialized bias)
+            t = self.cap(("L", "S"), "randn", learned=r.random() < 0.5)
+            return f"{t}[q_idx, kv_idx]"
+        if k == 7:
+            t = self.cap(("H", "L+S-1"), "randn", learned=r.random() < 0.5)
+            return f"{t}[h, q_idx - kv_idx + {self.c.S - 1}]"
+        if k == 8:
+            t = self.cap(("L",), "randn")
+            return f"{t}[q_idx]"
+        if k == 9:  # chained indexing
+            t = self.cap(("B", "L"), "randn")
+            return f"{t}[b][q_idx]"
+        if k == 10:
+            return f"({self.cond(0, False)} * {r.choice(['1', '2', '0.5'])})"
+        return f"({self.idx(depth)} {r.choice(['+', '-'])} {self.idx(depth)}) * 0.1"
+
+    def mask_body(self, depth: int) -> str:
+        r = self.r
+        k = r.randrange(8)
+        if k == 0:
+            return "q_idx >= kv_idx"
+        if k == 1:
+            w = r.randint(1, 20)
+            return f"(q_idx >= kv_idx) & (q_idx - kv_idx {r.choice(['<=', '<'])} {w})"
+        if k == 2:
+            return f"q_idx + {r.randint(-5, 40)} >= kv_idx"
+        if k == 3:
+            t = self.cap(("S",), "doc", "int64")
+            t2 = self.cap(("L",), "doc", "int64")
+            return f"{t2}[q_idx] == {t}[kv_idx]"
+        return self.cond(depth, False)
+
+
+def _source(kind: str, body: str) -> str:
+    if kind == "score":
+        return f"def score_mod(score, b, h, q_idx, kv_idx):\n    return {body}\n"
+    return f"def mask_mod(b, h, q_idx, kv_idx):\n    return {body}\n"
+
+
+_CPU_LENGTHS = (1, 5, 16, 17, 24, 33, 40)
+_CUDA_LENGTHS = (64, 100, 128, 129, 200, 255, 256, 300)
+
+
+def make_case(seed: int, device: str, peer: Optional[Any] = None) -> Case:
+    """The case of ``seed``: a random (or the given peer's) score_mod / mask_mod on a random shape."""
+    r = random.Random(seed * 7919 + (0 if peer is None else 1))
+    cuda = device == "cuda"
+    lengths = _CUDA_LENGTHS if cuda else _CPU_LENGTHS
+    H = r.choice((1, 2, 4)) if not cuda else r.choice((2, 4))
+    D = r.choice((8, 16)) if not cuda else r.choice((64, 64, 128))
+    c = Case(seed=seed, B=r.choice((1, 2)), H=H, L=r.choice(lengths), D=D)
+    c.S = c.L if r.random() < 0.5 else r.choice(lengths)
+    c.HKV = H if r.random() < 0.7 else r.choice([h for h in (1, 2) if H % h == 0])
+    c.DV = c.D if r.random() < 0.8 else (c.D * 2 if not cuda else 64 if c.D == 128 else 128)
+    c.scale = None if r.random() < 0.7 else r.choice((0.1, 0.3, 1.0))
+    c.return_lse = r.random() < 0.4
+    c.lse_loss = c.return_lse and r.random() < 0.5
+    c.no_grad = r.random() < 0.1
+    c.kv_batch1 = c.B > 1 and r.random() < 0.08
+    c.noncontig = r.random() < 0.15
+    c.block = 128 if r.random() < 0.6 else r.choice((16, 32, 64) if not cuda else (64, 128, 256))
+    if peer is not None:
+        c.peer = peer.name
+        c.captured = [dataclasses.asdict(x) for x in peer.captured]
+        if peer.kind == "score":
+            c.score = peer.code
+            c.mask = None if r.random() < 0.5 else _source("mask", "q_idx >= kv_idx")
+        else:
+            c.mask = peer.code
+        return c
+    k = r.random()
+    if k < 0.07:
+        return _sdpa_case(c, r, cuda)
+    if k < 0.09:
+        c.kind = r.choice(("sdpa_chain", "flex_chain"))
+        c.DV = c.D
+        c.HKV = c.H
+        c.S = c.L
+        return c
+    g = _Gen(r, c)
+    if r.random() < 0.85:
+        c.score = _source("score", g.fexpr(r.randint(1, 3)) if r.random() < 0.8 else g.term(1) + " + score")
+    if r.random() < 0.55 or c.score is None:
+        c.mask = _source("mask", g.mask_body(2))
+    c.captured = list(g.captured)
+    return c
+
+
+def _sdpa_case(c: Case, r: random.Random, cuda: bool) -> Case:
+    c.kind = "sdpa"
+    c.return_lse = c.lse_loss = False
+    c.DV = c.D if r.random() < 0.8 else c.DV
+    c.is_causal = r.random() < 0.4
+    c.attn_mask = "" if c.is_causal or r.random() < 0.4 else r.choice(("bool", "float", "float_learned"))
+    c.autocast = r.random() < 0.2
+    return c
+
+
+# --------------------------------------------------------------------------- running one case
+
+
+def _sym(x: Any, c: Case) -> int:
+    if isinstance(x, int):
+        return x
+    return int(eval(str(x), {}, {"B": c.B, "H": c.H, "HKV": c.HKV, "L": c.L, "S": c.S}))  # noqa: S307
+
+
+def _make_tensor(cap: dict, c: Case, g: torch.Generator) -> torch.Tensor:
+    shape = tuple(max(1, _sym(s, c)) for s in cap["shape"])
+    make, dtype = cap["make"], getattr(torch, cap.get("dtype", "float32"))
+    if make == "randn":
+        t = torch.randn(shape, generator=g)
+    elif make == "rand":
+        t = torch.rand(shape, generator=g)
+    elif make.startswith("randint"):
+        _, lo, hi = make.split(":")
+        lo, hi = _sym(lo, c), _sym(hi, c)
+        t = torch.randint(lo, max(hi, lo + 1), shape, generator=g)
+    elif make == "doc":
+        n = shape[-1]
+        cuts = sorted(torch.randint(0, max(n, 1), (3,), generator=g).tolist())
+        ids = torch.zeros(n, dtype=torch.int64)
+        for cut in cuts:
+            ids[cut:] += 1
+        t = ids.expand(shape).clone()
+    elif make == "arange":
+        t = torch.arange(shape[-1]).expand(shape).clone()
+    elif make == "bool":
+        t = torch.rand(shape, generator=g) < 0.7
+    else:
+        raise ValueError(f"unknown make {make!r}")
+    return t.to(dtype)
+
+
+def build(c: Case, device: str, dtype: torch.dtype) -> tuple[dict, list, list]:
+    """(namespace with torch, math, the captured tensors, score_mod, mask_mod; learned tensors;
+    [q, k, v])."""
+    g = torch.Generator().manual_seed(c.seed)
+    ns: dict = {"torch": torch, "math": math}
+    learned = []
+    for cap in c.captured:
+        t = _make_tensor(cap, c, g).to(device)
+        if t.is_floating_point():
+            t = t.to(torch.float64 if dtype == torch.float64 else torch.float32)
+            if cap.get("learned"):
+                t.requires_grad_(True)
+                learned.append(t)
+        ns[cap["name"]] = t
+    for src in (c.score, c.mask):
+        if src:
+            exec(compile(src, "<fuzz case>", "exec"), ns)  # noqa: S102
+    B, kvB = c.B, (1 if c.kv_batch1 else c.B)
+    dims = ((B, c.H, c.L, c.D), (kvB, c.HKV, c.S, c.D), (kvB, c.HKV, c.S, c.DV))
+    qkv = []
+    for shape in dims:
+        t = torch.randn(shape, generator=g, dtype=torch.float64)
+        if c.noncontig:
+            t = t.transpose(1, 2).contiguous().transpose(1, 2)
+        t = t.to(device=device, dtype=dtype)
+        qkv.append(t)
+    return ns, learned, qkv
+
+
+def _attention_fn(c: Case, ns: dict, device: str, dtype: torch.dtype):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    import torch.nn.functional as F
+
+    gqa = c.H != c.HKV
+    if c.kind in ("sdpa", "sdpa_chain"):
+        g = torch.Generator().manual_seed(c.seed + 1)
+        mask = None
+        if c.attn_mask == "bool":
+            mask = (torch.rand(c.L, c.S, generator=g) < 0.8).to(device)
+        elif c.attn_mask.startswith("float"):
+            mask = torch.randn(1, c.H, c.L, c.S, generator=g).to(device=device, dtype=dtype)
+            if c.autocast:
+                mask = mask.float()
+            if c.attn_mask == "float_learned":
+                mask.requires_grad_(True)
+        extra = [mask] if mask is not None and mask.requires_grad else []
+
+        def attn(q, k, v):
+            if c.kind == "sdpa_chain":
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return F.scaled_dot_product_attention(o, k, v), None
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=c.is_causal, scale=c.scale,
+                                                  enable_gqa=gqa), None
+        return attn, extra
+    bm = None
+    if c.mask:
+        bm = create_block_mask(ns["mask_mod"], c.B, c.H, c.L, c.S, device=device, BLOCK_SIZE=c.block)
+    score_mod = ns.get("score_mod") if c.score else None
+
+    def attn(q, k, v):
+        if c.kind == "flex_chain":
+            o = flex_attention(q, k, v, block_mask=bm)
+            return flex_attention(o, k, v), None
+        r = flex_attention(q, k, v, score_mod=score_mod, block_mask=bm, scale=c.scale, enable_gqa=gqa,
+                           return_lse=c.return_lse)
+        return r if c.return_lse else (r, None)
+    return attn, []
+
+
+def run(c: Case, device: str, dtype: torch.dtype, compiled_with: Optional[Any] = None) -> dict:
+    """Run the case once; returns {"out", "lse", "grads": [...]} (detached) and, when compiled,
+    the te_compile decisions."""
+    ns, learned, qkv = build(c, device, dtype)
+    attn, extra = _attention_fn(c, ns, device, dtype)
+    fn = attn if compiled_with is None else torch.compile(attn, backend=compiled_with, fullgraph=False)
+    leaves = [t.detach().requires_grad_(not c.no_grad) for t in qkv]
+    params = leaves + learned + extra
+    ctx = torch.no_grad() if c.no_grad else _null()
+    if c.autocast:
+        ac = torch.autocast(device_type=device, dtype=torch.bfloat16)
+    else:
+        ac = _null()
+    from te_compile.backend import record_reports
+
+    with record_reports() as reports, ctx, ac:
+        out, lse = fn(*leaves)
+    res: dict = {"out": out.detach(), "lse": None if lse is None else lse.detach(), "grads": [],
+                 "reports": reports}
+    if c.no_grad:
+        return res
+    g = torch.Generator().manual_seed(c.seed + 2)
+    loss = (out.float() * torch.randn(out.shape, generator=g).to(out.device)).sum()
+    if c.lse_loss and lse is not None:
+        loss = loss + (lse.float() * torch.randn(lse.shape, generator=g).to(lse.device)).sum()
+    need = [p for p in params if p.requires_grad]
+    grads = torch.autograd.grad(loss, need, allow_unused=True)
+    res["grads"] = [None if x is None else x.detach() for x in grads]
+    return res
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
+
+
+def _err(got: Optional[torch.Tensor], want: Optional[torch.Tensor], floor: float = 1e-3) -> float:
+    """Largest difference relative to want's largest finite value (at least ``floor``: a gradient that
+    is all but zero, e.g. of a 1-key softmax, is compared in absolute terms); inf on a non-finite
+    mismatch."""
+    if got is None or want is None:
+        return 0.0 if got is None and want is None else math.inf
+    if got.shape != want.shape:
+        return math.inf
+    got, want = got.double(), want.double()
+    fin = torch.isfinite(want)
+    if not torch.equal(torch.isfinite(got), fin):
+        return math.inf
+    if not torch.equal(got[~fin], want[~fin]):  # -inf lse of fully-masked rows must agree
+        return math.inf
+    if not fin.any():
+        return 0.0
+    scale = max(want[fin].abs().max().item(), floor)
+    return (got[fin] - want[fin]).abs().max().item() / scale
+
+
+_NAMES = ("out", "lse")
+
+
+def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
+    """(outcome, detail, decisions) for one case."""
+    if c.autocast:  # float32 inputs under torch.autocast(bfloat16), both sides
+        low, ref_dtype = torch.float32, torch.float32
+    elif device == "cuda":
+        low, ref_dtype = torch.bfloat16, torch.float32
+    else:
+        low, ref_dtype = torch.float64, torch.float64
+    torch._dynamo.reset()
+    try:
+        want = run(c, device, ref_dtype)
+        if _nonfinite(want):
+            return "invalid", "eager result is not finite", []
+        eager_low = run(c, device, low) if device == "cuda" and not c.autocast else None
+    except Exception as e:  # noqa: BLE001
+        return "invalid", f"eager raised {type(e).__name__}: {str(e).splitlines()[0][:160]}", []
+    try:
+        got = run(c, device, low, compiled_with=backend)
+    except Exception as e:  # noqa: BLE001
+        return "crash", "".join(traceback.format_exception_only(type(e), e)).strip()[:2000], []
+    decisions = [d for rep in got["reports"] for d in rep.decisions]
+    served = any(d.rewrite for d in decisions)
+    fail = "wrong" if served else "kept_mismatch"
+    if len(got["grads"]) != len(want["grads"]):
+        return fail, "different number of gradients", decisions
+    if got["out"].dtype != want["out"].dtype and (c.autocast or device == "cpu"):
+        return fail, f"output dtype {got['out'].dtype}, eager gives {want['out'].dtype}", decisions
+    pairs = [("out", got["out"], want["out"]), ("lse", got["lse"], want["lse"])]
+    pairs += [(f"grad{i}", a, b) for i, (a, b) in enumerate(zip(got["grads"], want["grads"]))]
+    elow = None if eager_low is None else [eager_low["out"], eager_low["lse"], *eager_low["grads"]]
+    bad = []
+    for i, (name, a, b) in enumerate(pairs):
+        e = _err(a, b, 1.0 if device == "cpu" else 1e-3)
+        if c.autocast:
+            tol = 2e-2
+        elif device == "cuda":
+            base = _err(elow[i], b) if elow is not None and i < len(elow) else 0.0
+            tol = max(3 * (base if math.isfinite(base) else 0.0), 1e-2)
+        else:
+            tol = 1e-6
+        if not e <= tol:
+            bad.append(f"{name} err {e:.3g} > tol {tol:.3g}")
+    if not bad:
+        return ("pass" if served else "kept"), "", decisions
+    return fail, "; ".join(bad), decisions
+
+
+def _nonfinite(res: dict) -> bool:
+    ts = [res["out"], *(g for g in res["grads"] if g is not None)]
+    return any(not torch.isfinite(t).all() for t in ts)
+
+
+# --------------------------------------------------------------------------- reproducers
+
+
+def reproducer(c: Case, device: str) -> str:
+    """A standalone script that reruns the case and prints each tensor's error."""
+    target = "auto" if device == "cuda" else "reference"
+    dt = "torch.bfloat16" if device == "cuda" else "torch.float64"
+    body = f"""\
+    # te_compile fuzz case: {c.describe()}
+    import torch
+    import torch.nn.attention.flex_attention as fa
+    import te_compile
+    from te_compile.testing import fuzz
+
+    fa._validate_device = lambda *a, **k: None  # eager CPU flex with grads (the math path is fine)
+    case = fuzz.Case.from_json({c.to_json()!r})
+    # score_mod:
+    {textwrap.indent(c.score or 'None', '    # ').strip()}
+    # mask_mod:
+    {textwrap.indent(c.mask or 'None', '    # ').strip()}
+    want = fuzz.run(case, {device!r}, {'torch.float32' if device == 'cuda' else 'torch.float64'})
+    got = fuzz.run(case, {device!r}, {dt}, compiled_with=te_compile.backend(inner="aot_eager", target={target!r}))
+    for name, a, b in [("out", got["out"], want["out"]), ("lse", got["lse"], want["lse"])] + \\
+            [(f"grad{{i}}", x, y) for i, (x, y) in enumerate(zip(got["grads"], want["grads"]))]:
+        print(name, fuzz._err(a, b))
+    """
+    return textwrap.dedent(body)
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def cases_for(n: int, seed: int, device: str, peers: bool) -> list[Case]:
+    out = [make_case(seed + i, device) for i in range(n)]
+    if peers:
+        from .peers import PEERS
+        out += [make_case(seed + 100000 + i, device, p) for i, p in enumerate(PEERS)]
+    return out
+
+
+def _prepare(device: str) -> Any:
+    import te_compile
+
+    if device == "cpu":
+        import torch.nn.attention.flex_attention as fa
+        fa._validate_device = lambda *a, **k: None
+    torch._dynamo.config.cache_size_limit = 64
+    import logging
+    for name in ("te_compile", "torch._subclasses.fake_tensor", "torch._dynamo", "torch._inductor"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    import warnings
+    warnings.filterwarnings("ignore")
+    return te_compile.backend(inner="aot_eager", target="auto" if device == "cuda" else "reference")
+
+
+def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = False) -> list[dict]:
+    backend = _prepare(device)
+    results = []
+    for c in cases:
+        t0 = time.perf_counter()
+        outcome, detail, decisions = compare(c, device, backend)
+        reasons = [d.reason for d in decisions if not d.rewrite]
+        r = {"seed": c.seed, "peer": c.peer, "outcome": outcome, "detail": detail, "case": c.to_json(),
+             "kept_reasons": reasons, "seconds": round(time.perf_counter() - t0, 2)}
+        results.append(r)
+        if outcome in ("wrong", "crash"):
+            print(f"--- {outcome.upper()}: {c.describe()}: {detail}", file=out)
+            print(reproducer(c, device), file=out)
+        elif verbose:
+            print(f"{outcome}: {c.describe()} {detail} {reasons}", file=out)
+        out.flush()
+    return results
+
+
+def summary(results: list[dict], device: str) -> str:
+    counts = {k: 0 for k in ("pass", "kept", "kept_mismatch", "wrong", "crash", "invalid")}
+    for r in results:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    valid = len(results) - counts["invalid"]
+    served = counts["pass"] + counts["wrong"]
+    frac = served / valid if valid else 0.0
+    return (f"fuzz {device}: {len(results)} cases, {valid} valid: {counts['pass']} pass, {counts['wrong']} wrong, "
+            f"{counts['crash']} crash, {counts['kept']} kept ({counts['kept_mismatch']} kept with a mismatch "
+            f"outside te_compile), {counts['invalid']} invalid; served {served}/{valid} ({100 * frac:.0f}%)")
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m te_compile.testing.fuzz", description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--cases", type=int, default=200, help="random cases (the peer list comes on top)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-peers", action="store_true", help="random cases only")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (each runs a shard of the cases)")
+    p.add_argument("--shard", default="0/1", help="i/n: run every n-th case starting at i (used by --jobs)")
+    p.add_argument("--json", default="", help="write every result as JSON lines to this file")
+    p.add_argument("--case", default="", help="run one case given as JSON (from a reproducer)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    a = p.parse_args(argv)
+    if a.case:
+        cases = [Case.from_json(a.case)]
+    else:
+        cases = cases_for(a.cases, a.seed, a.device, not a.no_peers)
+    if a.jobs > 1 and not a.case:
+        results = _parallel(a, len(cases))
+    else:
+        i, n = (int(x) for x in a.shard.split("/"))
+        results = run_cases(cases[i::n], a.device, verbose=a.verbose)
+    if a.json:
+        with open(a.json, "w") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+    line = summary(results, a.device)
+    print(line)
+    bad = sum(r["outcome"] in ("wrong", "crash") for r in results)
+    return 1 if bad else 0
+
+
+def _parallel(a: argparse.Namespace, n_cases: int) -> list[dict]:
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix="te_fuzz_")
+    procs = []
+    for i in range(a.jobs):
+        path = os.path.join(tmp, f"shard{i}.jsonl")
+        cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--device", a.device, "--cases", str(a.cases),
+               "--seed", str(a.seed), "--shard", f"{i}/{a.jobs}", "--json", path] + (["--no-peers"] if a.no_peers else [])
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        procs.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env), path))
+    results = []
+    for proc, path in procs:
+        text, _ = proc.communicate()
+        lines = [ln for ln in text.splitlines() if not ln.startswith("fuzz ")]
+        if lines:
+            print("\n".join(lines))
+        if os.path.exists(path):
+            with open(path) as f:
+                results += [json.loads(ln) for ln in f if ln.strip()]
+        elif proc.returncode:
+            results.append({"outcome": "crash", "detail": f"worker exited {proc.returncode}", "seed": -1, "peer": ""})
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(main())
