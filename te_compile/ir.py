@@ -438,21 +438,30 @@ class NotPointwise(ValueError):
     pass
 
 
-def extract_bh_terms(*exprs: Expr) -> tuple[list[Expr], list[Expr]]:
+def extract_bh_terms(*exprs: Expr, strict: bool = False) -> tuple[list[Expr], list[Expr]]:
     """Replace every maximal (b, h, captured)-only sub-expression by ``(in i)``.
 
     Returns the rewritten expressions (numbered jointly) and the extracted terms (torch computes term i into
     extra input i). A bool term is computed as 0/1 and read back as ``(ne (in i) 0.0)``.
     Raises NotPointwise if a captured tensor is still read outside such a term (a gather by
     q_idx / kv_idx, which is not pointwise).
+
+    ``strict`` (the cuDNN target) also raises NotPointwise for the terms cuDNN evaluates wrongly
+    (measured on the H200, cuDNN 9.19, by the differential fuzzer): a term that depends on the batch
+    index b (inputs [B, ...] are mis-broadcast: wrong outputs even as full [B, H, 1, 1] tensors), and
+    any (b, h) term under a comparison (masks such as ``kv_idx < lengths[b]`` or ``q_idx <= h``).
     """
     terms: list[Expr] = []
     index: dict[Expr, int] = {}
 
-    def walk(x: Expr) -> Expr:
+    def walk(x: Expr, in_cmp: bool = False) -> Expr:
         if x.op == "const" or x.op in ("score", "q_idx", "kv_idx"):
             return x
         if is_bh_term(x):
+            if strict and "b" in x.leaves():
+                raise NotPointwise("depends on the batch index b (cuDNN reads per-batch inputs wrongly)")
+            if strict and in_cmp:
+                raise NotPointwise("compares against a (b, h) term (cuDNN evaluates such comparisons wrongly)")
             if x not in index:
                 index[x] = len(terms)
                 terms.append(x)
@@ -463,7 +472,8 @@ def extract_bh_terms(*exprs: Expr) -> tuple[list[Expr], list[Expr]]:
                                "(a gather, not pointwise in cuDNN)")
         if not x.args:
             return x
-        return Expr(x.op, tuple(walk(a) for a in x.args), value=x.value, dtype=x.dtype)
+        under = in_cmp or x.op in COMPARISONS
+        return Expr(x.op, tuple(walk(a, under) for a in x.args), value=x.value, dtype=x.dtype)
 
     return [walk(e) for e in exprs], terms
 

@@ -320,7 +320,9 @@ def test_document_mask_over_the_size_limit_is_kept(monkeypatch, serve_sparse_doc
     assert target == "kept" and "GiB" in why and "mask_mod" in why
 
 
-@pytest.mark.parametrize("name,factor,score", [("times_two", 2.0, ""), ("one_minus", -0.1, "(add score 1.0)")])
+# a negative factor folds its magnitude: the scale stays positive (cuDNN needs it) and the sign stays in
+# the score_mod as a negation
+@pytest.mark.parametrize("name,factor,score", [("times_two", 2.0, ""), ("one_minus", 0.1, "(add (neg score) 1.0)")])
 def test_linear_score_mod_folds_into_the_scale(name, factor, score):
     report = te_compile.explain(_fn(name, "causal"), *_inputs(), target="reference")
     (d,) = report.decisions

@@ -37,6 +37,9 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
         why = unsupported_reason(spec)
         if why:
             return why
+    if spec.scale is not None and spec.scale <= 0:
+        return (f"softmax scale {spec.scale:g} <= 0: cuDNN's padded key positions turn +inf with a negative "
+                "scale (wrong results at lengths that are not a multiple of the tile)")
     if q.dtype not in SUPPORTED_DTYPES:
         return f"dtype {str(q.dtype).replace('torch.', '')}: cuDNN SDPA serves float16 and bfloat16 only"
     if k.dtype != q.dtype or v.dtype != q.dtype:

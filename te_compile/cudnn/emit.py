@@ -44,6 +44,8 @@ _INT_OK = ("add", "sub", "mul", "neg", "abs", "min", "max")
 _CMP = {"eq": "cmp_eq", "ne": "cmp_neq", "lt": "cmp_lt", "le": "cmp_le", "gt": "cmp_gt", "ge": "cmp_ge"}
 _FLOAT_CASTS = ("float32", "float64", "float16", "bfloat16")
 
+#: index-vs-index comparisons compute in BOOLEAN (as cuDNN's own causal helper); False: FLOAT
+INDEX_CMP_BOOL = True
 #: emission choices, settled by measurement on the GPU machine (bench/probe_emit.py):
 #: compute type of comparisons ("bool" as cuDNN's own causal helper, or "float")
 CMP_COMPUTE = "float"
@@ -97,8 +99,20 @@ def constants(spec: AttentionSpec) -> tuple[float, ...]:
     return tuple(out)
 
 
+#: integer powers up to this magnitude are emitted as products (cuDNN's pow of a negative base is
+#: NaN even for integer exponents: pow(score * c, 2) gave NaN on the H200)
+MAX_INT_POW = 4
+
+#: guard ragged kv lengths: when f(-inf) is not -inf, positions past the kv length (cuDNN pads the
+#: last tile) must be masked after the score_mod, or they come back into the softmax (fuzzer: sigmoid
+#: and tanh(abs) score_mods, dV 50-170x off at S = 129, 255)
+KV_GUARD = True
+#: kv tile multiple below which no guard is needed
+KV_TILE = 128
+
+
 @functools.lru_cache(maxsize=1024)
-def structure(spec: AttentionSpec) -> tuple:
+def structure(spec: AttentionSpec, lengths: tuple[int, int] = (0, 0)) -> tuple:
     """What the emitted score_mod / bprop ops are, with pass-by-value constants as slots: the
     transcript of running the Emitter on a recording graph. Two specs with equal structures
     build identical cuDNN graphs that differ only in the values fed at execute, so the graph
@@ -106,11 +120,11 @@ def structure(spec: AttentionSpec) -> tuple:
     rec = _Recorder()
     consts = {v: _Rec(("pbv", j)) for j, v in enumerate(constants(spec))}
     inputs = [_Rec(("in", i)) for i in range(spec.n_inputs)]
-    em = Emitter(spec, inputs, consts)
-    rec.log.append(("score_mod", rec.ref(em.score_mod(rec, _Rec(("score",))))))
+    em = Emitter(spec, inputs, consts, lengths)
+    rec.entries.append(("score_mod", rec.ref(em.score_mod(rec, _Rec(("score",))))))
     if em.needs_bprop:
-        rec.log.append(("bprop", rec.ref(em.bprop(rec, _Rec(("dS",))))))
-    return tuple(rec.log)
+        rec.entries.append(("bprop", rec.ref(em.bprop(rec, _Rec(("dS",))))))
+    return tuple(rec.entries)
 
 
 class _Rec:
@@ -123,7 +137,7 @@ class _Rec:
 
     def set_data_type(self, dt: Any) -> "_Rec":
         if self.rec is not None:
-            self.rec.log.append(("dtype", self.tag, str(dt)))
+            self.rec.entries.append(("dtype", self.tag, str(dt)))
         return self
 
 
@@ -131,7 +145,8 @@ class _Recorder:
     """Stands in for a cuDNN graph: logs every op with its operands and attributes."""
 
     def __init__(self) -> None:
-        self.log: list = []
+        # not "log": every other attribute name stands for a graph op (graph.log is the logarithm)
+        self.entries: list = []
 
     def ref(self, x: Any) -> Any:
         return x.tag if isinstance(x, _Rec) else repr(x)
@@ -143,8 +158,8 @@ class _Recorder:
         def op(*args: Any, **kwargs: Any) -> _Rec:
             entry = (name, tuple(self.ref(a) for a in args),
                      tuple(sorted((k, self.ref(v)) for k, v in kwargs.items())))
-            self.log.append(entry)
-            return _Rec(("t", len(self.log) - 1), self)
+            self.entries.append(entry)
+            return _Rec(("t", len(self.entries) - 1), self)
         return op
 
 
@@ -165,12 +180,11 @@ class MaskFirst:
 def mask_first(spec: AttentionSpec) -> Optional[MaskFirst]:
     """The mask-first plan for ``spec``, or None to emit the mask after the score_mod."""
     score, mask = spec.score_expr(), spec.mask_expr()
-    if score is None or mask is None or mask.op not in _CMP:
-        return None
-    if sorted(a.op for a in mask.args) != ["kv_idx", "q_idx"]:
-        # only plain q_idx-vs-kv_idx comparisons: with an offset (q_idx + 256 >= kv_idx) cuDNN
-        # skipped tiles as if the mask were top-left causal and returned wrong results (H200,
-        # cuDNN 9.19, tests/test_cuda_flex.py::test_bottom_right_causal)
+    if score is None or mask is None or not is_causal_cmp(mask):
+        # only top-left causal itself: cuDNN treats select(score, -inf, <index compare>) on the raw
+        # score as the causal mask when it skips tiles, so any other compare there (an offset
+        # q_idx + 256 >= kv_idx, strict kv_idx < q_idx, q_idx <= q_idx) gave wrong results (H200,
+        # cuDNN 9.19, tests/test_cuda_flex.py::test_bottom_right_causal and the differential fuzzer)
         return None
     if at_neg_inf(score) == "nan":
         return None
@@ -184,6 +198,31 @@ def mask_first(spec: AttentionSpec) -> Optional[MaskFirst]:
     elif at_neg_inf(deriv) != "fin":
         return None
     return MaskFirst(at_neg_inf(score) != "-inf", deriv)
+
+
+def kv_guard(spec: AttentionSpec, lengths: tuple[int, int]) -> Optional[ir.Expr]:
+    """``q_idx < L & kv_idx < S`` (the parts needed) when positions past the sequence lengths need
+    masking after the score_mod: a score_mod whose value at -inf is not -inf (cuDNN fills the padded
+    tail of the last tile with -inf *before* the score_mod; f(-inf) finite lets padded keys into the
+    softmax, f(-inf) = +inf turns padded query rows into inf * 0 = NaN in dK / dV) and a length
+    that is not a multiple of the tile."""
+    e = spec.score_expr()
+    if not KV_GUARD or e is None or _ninf(e) == "-inf":
+        return None
+    L, S = lengths
+    terms = [ir.Expr("lt", (ir.Expr.leaf(leaf), ir.Expr.const(int(n))))
+             for leaf, n in (("kv_idx", S), ("q_idx", L)) if n > 0 and n % KV_TILE]
+    if not terms:
+        return None
+    return terms[0] if len(terms) == 1 else ir.Expr("and", tuple(terms))
+
+
+def is_causal_cmp(c: ir.Expr) -> bool:
+    """``q_idx >= kv_idx`` or ``q_idx <= kv_idx`` (either spelling): the masks cuDNN may see as a select
+    on the raw score (causal, and inverse causal: both measured right on the H200)."""
+    if c.op not in ("ge", "le") or len(c.args) != 2 or {a.op for a in c.args} != {"q_idx", "kv_idx"}:
+        return False
+    return True
 
 
 def at_neg_inf(e: ir.Expr) -> str:
@@ -271,6 +310,12 @@ def _add(x: str, y: str) -> str:
     return "nan"
 
 
+def _int_by_const(e: ir.Expr) -> bool:
+    """``e`` is an integer floordiv / rem by a positive integer constant."""
+    c = e.args[1]
+    return (c.op == "const" and c.dtype == "int" and int(c.value) > 0 and ir.kind_of(e.args[0]) in ("int", "bool"))
+
+
 def _has_score(e: ir.Expr) -> bool:
     return e.op == "score" or any(_has_score(a) for a in e.args)
 
@@ -288,9 +333,7 @@ def unsupported_reason(spec: AttentionSpec) -> Optional[str]:
 
 
 def _unsupported(e: ir.Expr, cond: bool = False) -> Optional[str]:
-    if e.op in ("and", "or", "not") and not cond:
-        return "a logical and/or/not used as a value"
-    if e.op in ("and", "or", "not"):
+    if e.op in ("and", "or", "not"):  # as a value it is a 1.0 / 0.0 select (Emitter._number)
         return next((w for w in (_unsupported(a, True) for a in e.args) if w), None)
     if e.op == "where":
         return next((w for w in (_unsupported(a, i == 0) for i, a in enumerate(e.args)) if w), None)
@@ -302,11 +345,14 @@ def _unsupported(e: ir.Expr, cond: bool = False) -> Optional[str]:
         return "a bool constant" if e.dtype == "bool" else None
     if e.op == "cast":
         src = ir.kind_of(e.args[0])
-        if e.dtype in _FLOAT_CASTS or (e.dtype.startswith("int") and src == "int"):
-            return _unsupported(e.args[0])
+        if e.dtype in _FLOAT_CASTS or (e.dtype.startswith("int") and src in ("int", "bool")):
+            return _unsupported(e.args[0], cond=(src == "bool"))
         return f"a cast from {src} to {e.dtype}"
     if e.op == "pow" and e.args[1].op != "const":
         return "pow with a non-constant exponent"
+    if e.op in ("floordiv", "rem") and ir.kind_of(e.args[0]) != "float" and ir.kind_of(e.args[1]) != "float" \
+            and not _int_by_const(e):
+        return f"integer {e.op} by a non-constant or non-positive divisor (cuDNN's division is inexact)"
     if e.op in ("buf", "index"):
         return "a captured-tensor gather"
     if e.op not in (*_FLOAT_UNARY, *_ARITH, *_CMP, "and", "or", "not", "where", "rem", "floordiv"):
@@ -417,13 +463,15 @@ def _refs_input(e: ir.Expr) -> bool:
 class Emitter:
     """Emits a spec's score_mod (+ mask_mod) and its derivative into one cuDNN graph."""
 
-    def __init__(self, spec: AttentionSpec, inputs: Sequence[Any], consts: Optional[dict] = None):
+    def __init__(self, spec: AttentionSpec, inputs: Sequence[Any], consts: Optional[dict] = None,
+                 lengths: tuple[int, int] = (0, 0)):
         self.consts = dict(consts or {})  # value -> pass-by-value IR tensor (outer graph)
         self.score_expr = spec.score_expr()
         self.mask = spec.mask_expr()
         self.inputs = list(inputs)  # IR tensors for (in i), created on the outer graph
         self.plan = mask_first(spec)
         self.deriv = ir.derivative(self.score_expr) if self.score_expr is not None else None
+        self.guard = kv_guard(spec, lengths)
         self.g: Any = None
         self.memo: dict = {}
 
@@ -434,7 +482,7 @@ class Emitter:
     # -- the two callbacks
     def score_mod(self, graph: Any, score: Any) -> Any:
         self.g, self.memo = graph, {}
-        self.score = score
+        self.score = self.raw = score
         if self.plan is not None:  # mask first: cuDNN then skips masked tiles (module docstring)
             s1 = self._select(self.mask, score, self._const(float("-inf")))
             self.score = s1
@@ -442,11 +490,17 @@ class Emitter:
             if self.plan.needs_min:  # f(-inf) is not -inf: min(f(s1), s1 + BIG) is -inf where masked
                 big = self._f(graph.add(s1, self._const(BIG), compute_data_type=_F32))
                 out = self._f(graph.min(out, big, compute_data_type=_F32))
-            return out
+            return self._guarded(out, float("-inf"))
         out = self._emit(self.score_expr)[0] if self.score_expr is not None else score
         if self.mask is not None:
             out = self._select(self.mask, out, self._const(float("-inf")))
-        return out
+        return self._guarded(out, float("-inf"))
+
+    def _guarded(self, t: Any, fill: float) -> Any:
+        """``t`` where kv_idx < kv_len, ``fill`` past it (the padded part of the last kv tile)."""
+        if self.guard is None:
+            return t
+        return self._select(self.guard, t, self._const(fill))
 
     def bprop(self, graph: Any, ds: Any) -> Any:
         if self.plan is not None:
@@ -454,16 +508,40 @@ class Emitter:
             # and a select here would stop cuDNN from skipping masked tiles in the backward
             if self.deriv.is_const():
                 c = graph.tensor_scalar(float(self.deriv.value), cudnn.scalar_type.RUNTIME_PARAM)
-                return self._f(graph.mul(ds, c, compute_data_type=_F32))
-            return self._times(ds, self.deriv)
+                return self._guarded(self._f(graph.mul(ds, c, compute_data_type=_F32)), 0.0)
+            return self._guarded(self._times(ds, self.deriv), 0.0)
         out = self._times(ds, self.deriv)
         if self.mask is not None:  # dS is 0 where masked; keep a nan/inf f'(s) there out of it
             out = self._select(self.mask, out, self._const(0.0))
-        return out
+        return self._guarded(out, 0.0)
+
+    def _full(self, v: float) -> Any:
+        """A float tensor of the score's shape holding ``v`` (cuDNN runs no op on scalars alone):
+        ``(kv_idx - kv_idx) + v``, an INT32 zero (index arithmetic) plus the constant in FLOAT."""
+        key = ("full", float(v))
+        if key not in self.memo:
+            if "izero" not in self.memo:
+                idx = self._emit(ir.Expr.leaf("kv_idx"))[0]
+                z = self.g.sub(idx, idx, compute_data_type=_I32)
+                z.set_data_type(_I32)
+                self.memo["izero"] = z
+            self.memo[key] = self._f(self.g.add(self.memo["izero"], self._const(float(v)), compute_data_type=_F32))
+        return self.memo[key]
+
+    def _number(self, e: ir.Expr) -> tuple[Any, str]:
+        """``e`` as a number: a bool becomes 1.0 / 0.0 (torch's bool arithmetic)."""
+        if ir.kind_of(e) == "bool":
+            return self._select(e, self._full(1.0), self._full(0.0)), "float"
+        return self._emit(e)
 
     # -- conditions: nested binary_selects (cuDNN found no engine for logical_and of masks)
     def _select(self, cond: ir.Expr, x: Any, y: Any) -> Any:
         """cond ? x : y, with and / or / not unrolled into selects."""
+        if x is getattr(self, "raw", None) and y is self._const(float("-inf")) and not is_causal_cmp(cond):
+            # a select on the raw score with -inf is what cuDNN takes for its causal mask (wrong for any
+            # other condition): add a 0 / -inf tensor instead, as a bias would be
+            return self._f(self.g.add(x, self._select(cond, self._full(0.0), self._full(float("-inf"))),
+                                      compute_data_type=_F32))
         op = cond.op
         if op == "and":
             return self._select(cond.args[0], self._select(cond.args[1], x, y), y)
@@ -478,8 +556,11 @@ class Emitter:
     def _times(self, t: Any, e: ir.Expr) -> Any:
         """t * e, distributing over where / mul so no op sees two scalar inputs."""
         if e.op == "const":
-            return t if float(e.value) == 1.0 else self._f(self.g.mul(t, self._const(float(e.value)),
-                                                                     compute_data_type=_F32))
+            if float(e.value) == 1.0:
+                return t
+            if float(e.value) == -1.0:  # a bprop that is only mul(dS, <pass-by-value>) finds no engine
+                return self._f(self.g.neg(t, compute_data_type=_F32))
+            return self._f(self.g.mul(t, self._const(float(e.value)), compute_data_type=_F32))
         if e.op == "where":
             return self._select(e.args[0], self._times(t, e.args[1]), self._times(t, e.args[2]))
         if e.op == "mul":
@@ -544,6 +625,8 @@ class Emitter:
                 raise ValueError("bool constants are not emitted")
             return self._const(float(e.value)), "float"
         if op == "cast":
+            if ir.kind_of(e.args[0]) == "bool" and e.dtype != "bool":
+                return self._number(e.args[0])
             t, kind = self._emit(e.args[0])
             return t, ("float" if e.dtype in _FLOAT_CASTS else kind)
         if op in _CMP:
@@ -553,7 +636,7 @@ class Emitter:
             # index vs index (the causal pattern): BOOLEAN compute as cuDNN's own causal helper,
             # which lets the forward skip masked tiles; anything with a scalar or a float: FLOAT
             both_index = ka == "int" and kb == "int"
-            compute = _BOOL if (both_index or CMP_COMPUTE == "bool") else _F32
+            compute = _BOOL if ((both_index and INDEX_CMP_BOOL) or CMP_COMPUTE == "bool") else _F32
             t = getattr(g, _CMP[op])(a, b, compute_data_type=compute)
             t.set_data_type(_BOOL)
             return t, "bool"
@@ -569,37 +652,60 @@ class Emitter:
         if op == "where":
             c, a, b = e.args
             if a.op == "const" and b.op == "const":
-                raise ValueError("where with two constant branches (only supported under + - *)")
+                return self._select(c, self._full(float(a.value)), self._full(float(b.value))), "float"
             if a.op == "const":  # keep a virtual tensor as binary_select's first input
                 c, a, b = _negate(c), b, a
-            return self._select(c, self._emit(a)[0], self._emit(b)[0]), "float"
+            return self._select(c, self._number(a)[0], self._number(b)[0]), "float"
         if op in ("add", "sub", "mul") and any(_const_where(x) for x in e.args):
             # x (+-*) where(c, k1, k2)  ->  where(c, x (+-*) k1, x (+-*) k2)
             i = 0 if _const_where(e.args[0]) else 1
             w, other = e.args[i], e.args[1 - i]
             branch = [ir.Expr(op, (w.args[j], other) if i == 0 else (other, w.args[j])) for j in (1, 2)]
             return self._emit(ir.Expr("where", (w.args[0], *branch)))
+        if op == "pow" and e.args[1].op == "const" and float(e.args[1].value).is_integer() \
+                and abs(float(e.args[1].value)) <= MAX_INT_POW:
+            n = int(float(e.args[1].value))
+            if n == 0:
+                return self._full(1.0), "float"
+            x = self._number(e.args[0])[0]
+            t = x
+            for _ in range(abs(n) - 1):
+                t = self._f(g.mul(t, x, compute_data_type=_F32))
+            if n < 0:
+                t = self._f(g.reciprocal(t, compute_data_type=_F32))
+            return t, "float"
         if op in _FLOAT_UNARY:
-            a, kind = self._emit(e.args[0])
+            a, kind = self._number(e.args[0])
             if kind == "int" and op in _INT_OK:
                 t = getattr(g, op)(a, compute_data_type=_I32)
                 t.set_data_type(_I32)
                 return t, "int"
             return self._f(getattr(g, _FLOAT_UNARY[op])(a, compute_data_type=_F32)), "float"
+        if op in ("add", "mul", "min", "max") and _has_score(e.args[1]) and not _has_score(e.args[0]):
+            # the score-dependent operand first: `g + score` with no bprop gave dQ / dK off by 1e10
+            # on the H200 (fuzzer), `score + g` is right
+            return self._emit(ir.Expr(op, (e.args[1], e.args[0])))
         if op in _ARITH:
-            (a, ka), (b, kb) = self._emit(e.args[0]), self._emit(e.args[1])
+            (a, ka), (b, kb) = self._number(e.args[0]), self._number(e.args[1])
             if op in _INT_OK and ka == "int" and kb == "int":
                 t = getattr(g, op)(a, b, compute_data_type=_I32)
                 t.set_data_type(_I32)
                 return t, "int"
             return self._binary(_ARITH[op], a, b, e.args[0].op == "const"), "float"
-        if op == "floordiv":  # floor(a / b), exact on integer values below 2^24
-            (a, _), (b, _) = self._emit(e.args[0]), self._emit(e.args[1])
-            q = self._binary("div", a, b, e.args[0].op == "const")
-            return self._f(g.floor(q, compute_data_type=_F32)), "float"
-        if op == "rem":  # a - floor(a / b) * b  (Python / torch.remainder sign convention)
-            (a, _), (b, _) = self._emit(e.args[0]), self._emit(e.args[1])
-            q = self._f(g.floor(self._binary("div", a, b, e.args[0].op == "const"), compute_data_type=_F32))
+        if op in ("floordiv", "rem"):
+            (a, _), (b, _) = self._number(e.args[0]), self._number(e.args[1])
+            if _int_by_const(e):
+                # integers by a positive integer constant c: floor((a + 0.5) * (1/c)) is exact for
+                # |a| < 2^21 (cuDNN's division is not correctly rounded: floor(6 / 3) gave 1)
+                c = float(e.args[1].value)
+                half = self._f(g.add(a, self._const(0.5), compute_data_type=_F32))
+                q = self._f(g.floor(self._f(g.mul(half, self._const(1.0 / c), compute_data_type=_F32)),
+                                    compute_data_type=_F32))
+            else:  # float operands: floor(a / b) as eager computes it in float
+                q = self._f(g.floor(self._binary("div", a, b, e.args[0].op == "const"), compute_data_type=_F32))
+            if op == "floordiv":
+                return q, "float"
+            # a - floor(a / b) * b  (Python / torch.remainder sign convention)
             return self._binary("sub", a, self._binary("mul", q, b, False), e.args[0].op == "const"), "float"
         raise ValueError(f"no cuDNN emission for {op!r}")
 

@@ -198,9 +198,24 @@ def _bias4d(bias: Tensor, B: int, H: int, L: int, S: int) -> Tensor:
         b = b.unsqueeze(0)
     b = b.expand(B if b.shape[0] != 1 else 1, H if b.shape[1] != 1 else 1, L, S)
     broadcast = any(st == 0 and n > 1 for st, n in zip(b.stride(), b.shape))
-    if broadcast or b.stride(-1) != 1 or b.data_ptr() % 16:
-        b = b.clone(memory_format=torch.contiguous_format)
+    unaligned = any(st % 8 for st, n in zip(b.stride()[:-1], b.shape[:-1]) if n > 1)
+    if broadcast or unaligned or b.stride(-1) != 1 or b.data_ptr() % 16:
+        b = _padded_empty(tuple(b.shape), b.dtype, b.device).copy_(b)
     return b
+
+
+def _padded_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Row-major strides with the rows (last dim) padded to a multiple of 8 elements (16 bytes):
+    cuDNN reads and writes bias / dBias rows at 16-byte-aligned strides (a dBias with S = 255 came
+    back wrong on the H200)."""
+    B, H, L, S = shape
+    sp = -(-S // 8) * 8
+    return (H * L * sp, L * sp, sp, 1)
+
+
+def _padded_empty(shape: tuple, dtype: torch.dtype, device: torch.device) -> Tensor:
+    sp = -(-shape[-1] // 8) * 8
+    return torch.empty(*shape[:-1], sp, dtype=dtype, device=device)[..., : shape[-1]]
 
 
 def _sdpa_kwargs(spec: AttentionSpec, head_dim: int, bias_t: Any, emitter: Optional[Emitter] = None,
@@ -226,7 +241,7 @@ def _input_tensors(g: Any, inputs: Sequence[Meta]) -> list:
             for i, m in enumerate(inputs)]
 
 
-def _emitter(g: Any, spec: AttentionSpec, inputs: Sequence[Meta]) -> tuple[Optional[Emitter], list]:
+def _emitter(g: Any, spec: AttentionSpec, inputs: Sequence[Meta], lengths: tuple[int, int]) -> tuple[Optional[Emitter], list]:
     if not (spec.score or spec.mask_mod) or native_band(spec) is not None:
         return None, []
     ts = _input_tensors(g, inputs)
@@ -234,15 +249,15 @@ def _emitter(g: Any, spec: AttentionSpec, inputs: Sequence[Meta]) -> tuple[Optio
                           is_pass_by_value=True, uid=_UID.CONSTS + j)
               for j, v in enumerate(constants(spec))}
     uids = [_UID.INPUTS + i for i in range(len(ts))] + [_UID.CONSTS + j for j in range(len(consts))]
-    return Emitter(spec, ts, consts), uids
+    return Emitter(spec, ts, consts, lengths), uids
 
 
-def _graph_spec(spec: AttentionSpec) -> Any:
+def _graph_spec(spec: AttentionSpec, lengths: tuple[int, int]) -> Any:
     """The part of the spec a built graph depends on: the spec itself for native masks and plain
     SDPA; for an emitted score_mod, its structure (constant values are fed at execute)."""
     if not (spec.score or spec.mask_mod) or native_band(spec) is not None:
         return spec
-    return ("emitted", spec.mask, structure(spec))
+    return ("emitted", spec.mask, structure(spec, lengths))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -284,7 +299,7 @@ def define_forward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: Me
     o_shape = [B, H, L, v[0][3]]
     qt, kt, vt = _tensor(g, "q", q, io, _UID.Q), _tensor(g, "k", k, io, _UID.K), _tensor(g, "v", v, io, _UID.V)
     bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
-    em, in_uids = _emitter(g, spec, inputs)
+    em, in_uids = _emitter(g, spec, inputs, (q[0][2], k[0][2]))
     o, stats = g.sdpa(name="sdpa_fwd", q=qt, k=kt, v=vt, generate_stats=True, **_sdpa_kwargs(spec, q[0][3], bt, em))
     o.set_uid(_UID.O).set_output(True).set_dim(o_shape).set_stride(list(o_stride)).set_data_type(io)
     stats.set_uid(_UID.STATS).set_output(True).set_dim([B, H, L, 1]).set_stride([H * L, L, 1, 1]).set_data_type(_F32)
@@ -299,11 +314,11 @@ def define_backward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: M
     ot, dot = _tensor(g, "o", o, io, _UID.O), _tensor(g, "dO", do, io, _UID.DO)
     st = g.tensor(name="stats", dim=[B, H, L, 1], stride=[H * L, L, 1, 1], data_type=_F32, uid=_UID.STATS)
     bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
-    em, in_uids = _emitter(g, spec, inputs)
+    em, in_uids = _emitter(g, spec, inputs, (q[0][2], k[0][2]))
     kw = _sdpa_kwargs(spec, q[0][3], bt, em, backward=True)
     dbt = None
     if need_dbias and b4 is not None:
-        dbt = _tensor(g, "dBias", (b4[0], contiguous_strides(b4[0])), io, _UID.DBIAS)
+        dbt = _tensor(g, "dBias", (b4[0], _padded_strides(b4[0])), io, _UID.DBIAS)
         kw["dBias"] = dbt
     dq, dk, dv = g.sdpa_backward(name="sdpa_bwd", q=qt, k=kt, v=vt, o=ot, dO=dot, stats=st, **kw)
     for t, uid, ref, stride in zip((dq, dk, dv), (_UID.DQ, _UID.DK, _UID.DV), (q, k, v), grad_strides):
@@ -328,14 +343,78 @@ def _check_spec(spec: AttentionSpec) -> None:
             raise Unsupported(why)
 
 
-def _inputs(extra: Sequence[Tensor]) -> list[Tensor]:
+#: give cuDNN the (in i) inputs as full [B, H, 1, 1] tensors instead of [B|1, H|1, 1, 1] broadcasts.
+#: Off: measured on the H200 (bench/probe_fuzz.py), [B, H, 1, 1] inputs gave wrong results where
+#: [1, H, 1, 1] ones are right; per-batch terms are kept off cuDNN instead (ir.extract_bh_terms strict)
+EXPAND_INPUTS = False
+
+
+def _inputs(extra: Sequence[Tensor], q: Tensor) -> list[Tensor]:
     if not extra:
         return []
-    return [_operand(t.float()) if t.dtype != torch.float32 else _operand(t) for t in extra]
+    out = [_operand(t.float()) if t.dtype != torch.float32 else _operand(t) for t in extra]
+    if EXPAND_INPUTS:
+        B, H = q.shape[0], q.shape[1]
+        out = [t if tuple(t.shape) == (B, H, 1, 1) else t.expand(B, H, 1, 1).contiguous() for t in out]
+    return out
+
+
+# --------------------------------------------------------------------------- fully-masked rows
+#
+# A query row whose keys are all masked must give output 0 and lse -inf (eager; flex). cuDNN gets
+# this right for a -inf *bias* without a score_mod, but not for masks emitted inside a score_mod or a
+# -inf bias together with one (differential fuzzer, H200): te_compile sets those rows itself. The
+# rows of an emitted mask depend only on (q_idx, kv_idx) (per-batch and (b, h)-compared terms are
+# kept off cuDNN), so they are computed once per (mask, L, S).
+
+
+@functools.lru_cache(maxsize=256)
+def _empty_rows_of_mask(mask_mod: str, L: int, S: int, device: torch.device) -> Optional[Tensor]:
+    from .. import ir
+    from ..reference import index_grids
+
+    grids = index_grids(1, 1, L, S, torch.device("cpu"))
+    keep = ir.evaluate(ir.parse(mask_mod), grids).to(torch.bool).expand(1, 1, L, S)
+    rows = ~keep.any(dim=-1)  # [1, 1, L]
+    return rows.to(device) if bool(rows.any()) else None
+
+
+def _empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor]) -> Optional[Tensor]:
+    """[B|1, H|1, L] True where a query row has no key left, or None (no such rows possible)."""
+    rows = None
+    if spec.mask_mod and native_band(spec) is None and not _refs_inputs(spec.mask_mod):
+        rows = _empty_rows_of_mask(spec.mask_mod, q.shape[2], k.shape[2], q.device)
+    if bias is not None and spec.score:
+        b = torch.isneginf(bias).all(dim=-1)
+        while b.dim() < 3:
+            b = b.unsqueeze(0)
+        rows = b if rows is None else (rows | b)
+    return rows
+
+
+def _refs_inputs(text: str) -> bool:
+    return "(in " in text
+
+
+def _fix_empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor], out: Tensor,
+                    lse: Tensor) -> None:
+    if not (spec.mask_mod or (spec.score and bias is not None)):
+        return
+    rows = _empty_rows(spec, q, k, bias)
+    if rows is not None:
+        out.masked_fill_(rows.unsqueeze(-1), 0.0)
+        lse.masked_fill_(rows, float("-inf"))
 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
             extra=()) -> tuple[Tensor, Tensor]:
+    out, lse = _forward(q, k, v, bias, spec, extra)
+    _fix_empty_rows(spec, q, k, bias, out, lse)
+    return out, lse
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
+             extra=()) -> tuple[Tensor, Tensor]:
     raw = (q, k, v, bias, *extra)
     sig = _sig("fwd", spec, None, raw)
     plan = _plans.get(sig)
@@ -350,7 +429,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
         return out, lse
     _check_spec(spec)
     q0, k0, v0, extra0 = q, k, v, tuple(extra)
-    extra = _inputs(extra)
+    extra = _inputs(extra, q)
     io = _io_type(q, k, v, bias)
     _check_shapes(q, k, v)
     q, k, v = _operand(q), _operand(k), _operand(v)
@@ -361,7 +440,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
     o_stride = like_layout_strides(o_shape, q)
     metas = (_meta(q), _meta(k), _meta(v), _meta(b4))
     in_metas = tuple(_meta(t) for t in extra)
-    key = ("fwd", q.device, q.dtype, _graph_spec(spec), spec.scale_for(q.shape[3]), metas, o_stride, in_metas)
+    key = ("fwd", q.device, q.dtype, _graph_spec(spec, (q.shape[2], k.shape[2])), spec.scale_for(q.shape[3]), metas, o_stride, in_metas)
     h = _handle(q.device)
 
     def build() -> _Built:
@@ -406,6 +485,10 @@ def _with_dlse(dout: Tensor, v: Tensor, out: Tensor, dlse: Tensor) -> tuple[Tens
 def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
              spec: AttentionSpec, need_dbias: bool, extra=(), dlse: Optional[Tensor] = None
              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    if spec.mask_mod or spec.score or bias is not None:
+        # fully-masked rows (lse = -inf): a huge lse makes cuDNN's P = exp(s - lse) exactly 0 there, so
+        # their gradients are 0 as in eager (cuDNN's own -inf handling is not reliable with score_mods)
+        lse = torch.where(torch.isneginf(lse), torch.full_like(lse, 1e30), lse)
     if dlse is not None:
         dv_cols = v.shape[-1]
         dout, v2, out = _with_dlse(dout, v, out, dlse)
@@ -421,16 +504,16 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
         dq, dk, dv = (torch.empty_strided(t.shape, st, dtype=t.dtype, device=t.device)
                       for t, st in zip((q, k, v), grad_strides))
         buffers = [q, k, v, out, dout, lse, dq, dk, dv] + ([] if bias is None else [bias])
-        dbias = torch.empty(bias.shape, dtype=q.dtype, device=q.device) if with_dbias else q.new_empty((0,))
+        dbias = _padded_empty(tuple(bias.shape), q.dtype, q.device) if with_dbias else q.new_empty((0,))
         if with_dbias:
             buffers.append(dbias)
         buffers += list(extra) + consts
         ws = _workspace(built.workspace, q.device)
         built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
-        return dq, dk, dv, dbias
+        return dq, dk, dv, dbias.contiguous()
     _check_spec(spec)
     raw_ops = (q, k, v, out, dout, lse, tuple(extra))
-    extra = _inputs(extra)
+    extra = _inputs(extra, q)
     io = _io_type(q, k, v, bias, out, dout)
     _check_shapes(q, k, v)
     grad_strides = (like_layout_strides(q.shape, q), like_layout_strides(k.shape, k), like_layout_strides(v.shape, v))
@@ -441,7 +524,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     need_dbias = bool(need_dbias and b4 is not None)
     metas = (_meta(q), _meta(k), _meta(v), _meta(out), _meta(dout), _meta(b4))
     in_metas = tuple(_meta(t) for t in extra)
-    key = ("bwd", q.device, q.dtype, _graph_spec(spec), spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides,
+    key = ("bwd", q.device, q.dtype, _graph_spec(spec, (q.shape[2], k.shape[2])), spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides,
            in_metas)
     h = _handle(q.device)
 
@@ -455,7 +538,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     buffers = [q, k, v, out, dout, lse, dq, dk, dv] + ([] if b4 is None else [b4])
     dbias4 = None
     if need_dbias:
-        dbias4 = torch.empty(tuple(b4.shape), dtype=q.dtype, device=q.device)
+        dbias4 = _padded_empty(tuple(b4.shape), q.dtype, q.device)
         buffers.append(dbias4)
     consts = list(_const_buffers(spec))
     buffers += extra + consts

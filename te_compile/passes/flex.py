@@ -85,11 +85,19 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
         # is 0, no score_mod at all: native masks apply). `score * 0.5`, `1 - 0.1 * score`.
         scale = float(scale) * lin[0]
         score = ir.simplify(ir.add(ir.Expr.leaf("score"), lin[1]))
+    if isinstance(scale, numbers.Number) and scale < 0:
+        # cuDNN's softmax scale must be positive (a negative one gave inf at ragged lengths on the
+        # H200: the padded -inf scores turn +inf): the sign moves into the score_mod, f(-s)
+        scale = -float(scale)
+        score = ir.simplify(ir.substitute(score, "score", ir.Expr("neg", (ir.Expr.leaf("score"),))))
     bias_term = None
     mask_gather = None
+    strict = target == "auto"  # cuDNN: per-batch terms and compared (b, h) terms are not pointwise
+    mask_why = ""
     try:
-        ir.extract_bh_terms(mask)
-    except ir.NotPointwise:
+        ir.extract_bh_terms(mask, strict=strict)
+    except ir.NotPointwise as e:
+        mask_why = str(e)
         # a mask_mod that gathers at q/kv-dependent indices (document ids): it becomes a 0/-inf
         # bias computed by torch in the graph, with the BlockMask's semantics (materialize_mask)
         if ir.buffers_used(mask) & learned:
@@ -101,7 +109,7 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
     try:
         if learned & ir.buffers_used(score):
             raise ir.NotPointwise("reads a captured tensor that requires grad")
-        (score_x, mask_x), terms = ir.extract_bh_terms(score, mask)
+        (score_x, mask_x), terms = ir.extract_bh_terms(score, mask, strict=strict)
     except ir.NotPointwise as e:
         # score_mod = f(score, ...) + g(b, h, q_idx, kv_idx, captured): f runs in cuDNN, g becomes
         # a bias computed by torch in the graph (autograd then carries dBias to the tables)
@@ -110,7 +118,7 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
             return keep(site, f"score_mod/mask_mod {e}, and the score_mod is not score-independent-additive "
                               "(f(score) + g(indices, tables)), so it cannot become a bias", **kw)
         try:
-            (score_x, mask_x), terms = ir.extract_bh_terms(f, mask)
+            (score_x, mask_x), terms = ir.extract_bh_terms(f, mask, strict=strict)
         except ir.NotPointwise as e2:
             return keep(site, f"score_mod/mask_mod {e2}", **kw)
         bias_term = g
@@ -152,7 +160,8 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
         density = None if empty else _block_density([kvn, kvi, fkn, fki], q, k, qb, kb)
         if density is None or density < MIN_GATHER_MASK_DENSITY:
             seen = "unknown at compile time" if density is None else f"{100 * density:.0f}% of the blocks"
-            return keep(site, f"the mask_mod gathers from captured tensors (document-style mask): te_compile would "
+            return keep(site, f"the mask_mod is not pointwise on cuDNN (document-style mask: it {mask_why}): "
+                              f"te_compile would "
                               f"run it as a dense -inf bias and compute every block, Inductor's flex skips the "
                               f"masked blocks (attended: {seen}; te_compile serves it from "
                               f"{100 * MIN_GATHER_MASK_DENSITY:.0f}%, te_compile.passes.flex.MIN_GATHER_MASK_DENSITY)",
@@ -169,6 +178,12 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
             return keep(site, f"the BlockMask was not built by create_block_mask from its mask_mod ({why}); "
                               "compiled flex honours its block structure", **kw)
     impl = "cudnn" if target == "auto" else "reference"
+    if impl == "cudnn" and (bias_term is not None or mask_gather is not None) and score_x != ir.Expr.leaf("score") \
+            and not ir.derivative(score_x).is_const(1.0):
+        # cuDNN adds the bias to the scaled score *before* the score_mod (flex adds it after): the two
+        # agree only for f(s) = s + g (fuzzer, H200: softcap or -s with a rel-pos table came out wrong)
+        return keep(site, "a materialized bias (gathered table or mask) with a score_mod that is not "
+                          "score + (index terms): cuDNN applies the bias before the score_mod, flex after", **kw)
     spec = AttentionSpec(scale=float(scale), mask="none", impl=impl, source="flex",
                          score="" if score_x == ir.Expr.leaf("score") else str(score_x),
                          mask_mod="" if mask_x.is_const(True) else str(mask_x),

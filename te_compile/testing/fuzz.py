@@ -183,7 +183,7 @@ class _Gen:
         if k == 11:
             return f"torch.clamp({a}, {r.choice(['min=-2.0', 'max=1.5', 'min=-1.0, max=1.0'])})"
         if k == 12:
-            return f"({a} ** {r.choice(['2', '3', '0.5', '-1', '2.0'])})"
+            return f"({a} ** {r.choice(['2', '3', '0.5', '2.0'])})"  # (no negative powers: singular at 0)
         if k == 13:
             return f"torch.{r.choice(['minimum', 'maximum'])}({a}, {self.fexpr(depth - 1)})"
         if k == 14:  # bool / int arithmetic mixed into the score
@@ -503,6 +503,10 @@ def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
     decisions = [d for rep in got["reports"] for d in rep.decisions]
     served = any(d.rewrite for d in decisions)
     fail = "wrong" if served else "kept_mismatch"
+    if device == "cpu":
+        why = _emission_crash(c, decisions)
+        if why:
+            return "crash", why, decisions
     if len(got["grads"]) != len(want["grads"]):
         return fail, "different number of gradients", decisions
     if got["out"].dtype != want["out"].dtype and (c.autocast or device == "cpu"):
@@ -512,7 +516,10 @@ def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
     elow = None if eager_low is None else [eager_low["out"], eager_low["lse"], *eager_low["grads"]]
     bad = []
     for i, (name, a, b) in enumerate(pairs):
-        e = _err(a, b, 1.0 if device == "cpu" else 1e-3)
+        # captured-tensor gradients (grad3...) are sums over every (q, kv): a per-head bias has a gradient
+        # of exactly 0 (softmax rows sum to 1), so they are compared with an absolute floor of 1
+        floor = 1.0 if device == "cpu" or name.startswith("grad") and int(name[4:]) >= 3 else 1e-3
+        e = _err(a, b, floor)
         if c.autocast:
             tol = 2e-2
         elif device == "cuda":
@@ -525,6 +532,26 @@ def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
     if not bad:
         return ("pass" if served else "kept"), "", decisions
     return fail, "; ".join(bad), decisions
+
+
+def _emission_crash(c: Case, decisions: list) -> str:
+    """On CPU: emit each served flex site's cuDNN score_mod / bprop onto a recording graph (what the
+    GPU would run at graph build); an exception there is a run-time crash on CUDA."""
+    try:
+        from te_compile.cudnn import emit
+    except Exception:  # noqa: BLE001 - no cuDNN frontend here: nothing to check
+        return ""
+    for d in decisions:
+        if not (d.rewrite and d.spec is not None and d.site.kind == "flex"):
+            continue
+        spec = dataclasses.replace(d.spec, impl="cudnn")
+        if emit.unsupported_reason(spec):
+            continue
+        try:
+            emit.structure(spec, (c.L, c.S))
+        except Exception as e:  # noqa: BLE001
+            return f"cuDNN emission raised {type(e).__name__}: {e} (spec {spec.describe()})"
+    return ""
 
 
 def _nonfinite(res: dict) -> bool:
@@ -628,8 +655,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th case starting at i (used by --jobs)")
     p.add_argument("--json", default="", help="write every result as JSON lines to this file")
     p.add_argument("--case", default="", help="run one case given as JSON (from a reproducer)")
+    p.add_argument("--patch", action="append", default=[],
+                   help="module.NAME=value: set a module constant first (emission switches), e.g. "
+                        "te_compile.cudnn.emit.KV_GUARD=0")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
+    _apply_patches(a.patch)
     if a.case:
         cases = [Case.from_json(a.case)]
     else:
@@ -649,6 +680,19 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 1 if bad else 0
 
 
+def _apply_patches(patches: list[str]) -> None:
+    import ast
+    import importlib
+
+    for p in patches:
+        target, value = p.split("=", 1)
+        mod, name = target.rsplit(".", 1)
+        m = importlib.import_module(mod)
+        if not hasattr(m, name):
+            raise SystemExit(f"--patch: {mod} has no {name}")
+        setattr(m, name, ast.literal_eval(value))
+
+
 def _parallel(a: argparse.Namespace, n_cases: int) -> list[dict]:
     import tempfile
 
@@ -657,7 +701,8 @@ def _parallel(a: argparse.Namespace, n_cases: int) -> list[dict]:
     for i in range(a.jobs):
         path = os.path.join(tmp, f"shard{i}.jsonl")
         cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--device", a.device, "--cases", str(a.cases),
-               "--seed", str(a.seed), "--shard", f"{i}/{a.jobs}", "--json", path] + (["--no-peers"] if a.no_peers else [])
+               "--seed", str(a.seed), "--shard", f"{i}/{a.jobs}", "--json", path] + (["--no-peers"] if a.no_peers else []) \
+            + [x for p in a.patch for x in ("--patch", p)]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         procs.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env), path))
     results = []
