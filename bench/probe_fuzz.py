@@ -75,7 +75,8 @@ def probes():
     run("b-term mask kv<len[b] L128 S128", mask="(lt kv_idx (in 0))", L=128, S=128, inputs=[lengths])
     run("b-term mask kv<len[b] [B,H] input", mask="(lt kv_idx (in 0))", L=128, S=128,
         inputs=[lengths.expand(B, H, 1, 1).contiguous()])
-    run("b-term score+len[b]*0.1", score="(add score (mul (in 0) 0.1))", L=128, S=128, inputs=[lengths])
+    # (a per-batch term in the score: the forward found no engine and the backward then failed with
+    # "misaligned address", which poisons the CUDA context: not probed here, kept off cuDNN)
     run("h-term score+(in)[1,H]", score="(add score (in 0))", L=128, S=128, inputs=[torch.tensor([0.5, -1.0]).view(1, H, 1, 1)])
     run("b-term score+(in)[B,1]", score="(add score (in 0))", L=128, S=128, inputs=[torch.tensor([0.5, -1.0]).view(B, 1, 1, 1)])
     run("bh-term score+(in)[B,H]", score="(add score (in 0))", L=128, S=128, inputs=[torch.randn(B, H, 1, 1)])
@@ -103,6 +104,14 @@ def probes():
     for S in (255, 256):
         bias = torch.randn(1, H, 128, S)
         run(f"sdpa bias dBias L128 S{S}", L=128, S=S, bias=bias, need_dbias=True)
+    run("neg score + bias (bias before score_mod?)", score="(neg score)", L=128, S=128, bias=torch.randn(1, H, 128, 128))
+    run("tanh + bias (bias before score_mod?)", score="(mul (tanh (div score 2.0)) 2.0)", L=128, S=128,
+        bias=torch.randn(1, H, 128, 128))
+    run("score+(in)[1,H] + bias", score="(add score (in 0))", L=128, S=128, bias=torch.randn(1, H, 128, 128),
+        inputs=[torch.randn(1, H, 1, 1)])
+    run("where(q+8>=kv, score, -inf) L129 S128", score="(where (ge (add q_idx 8) kv_idx) score -inf)", L=129, S=128)
+    run("q//3 > q%8 mask only (empty rows)", mask="(gt (floordiv q_idx 3) (rem q_idx 8))", L=255, S=300)
+    run("tanh + q-3>=kv (empty rows)", score="(mul (tanh (div score 20.0)) 20.0)", mask="(ge (add q_idx -3) kv_idx)")
     run("dlse (lse in the loss) L=S=128", dlse=True)
     run("dlse + causal + tanh L=S=200", score="(mul (tanh (div score 20.0)) 20.0)", mask="(ge q_idx kv_idx)",
         L=200, S=200, dlse=True)

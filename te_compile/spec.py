@@ -49,6 +49,9 @@ class AttentionSpec:
     #: "QB,KB,F": the op also receives the BlockMask (kv_num_blocks, kv_indices[, full_kv_num_blocks,
     #: full_kv_indices] when F=1) and checks once per BlockMask that mask_mod explains it; "" = none
     block: str = ""
+    #: the bias may hold rows that are -inf everywhere (a materialized mask): the cuDNN kernel sets
+    #: those rows to output 0 / lse -inf itself (graphs._fix_empty_rows)
+    empty_rows: bool = False
     #: compare with the reference math on the first call of each configuration (te_compile.verify)
     verify: bool = False
 

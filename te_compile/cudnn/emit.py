@@ -78,6 +78,10 @@ def constants(spec: AttentionSpec) -> tuple[float, ...]:
             return
         if e.op == "const" and not isinstance(e.value, bool) and _uses_pbv(float(e.value)):
             out[float(e.value)] = None
+        if e.op in ("floordiv", "rem") and _int_by_const(e):  # the exact integer division's constants
+            for v in (0.5, 1.0 / float(e.args[1].value)):
+                if _uses_pbv(v):
+                    out[v] = None
         if e.op not in ("const", "in") and e.args and not e.leaves() and not _refs_input(e):
             v = float(ir.evaluate(e, {}).item())  # folded at emission
             if _uses_pbv(v):
@@ -207,11 +211,18 @@ def kv_guard(spec: AttentionSpec, lengths: tuple[int, int]) -> Optional[ir.Expr]
     softmax, f(-inf) = +inf turns padded query rows into inf * 0 = NaN in dK / dV) and a length
     that is not a multiple of the tile."""
     e = spec.score_expr()
-    if not KV_GUARD or e is None or _ninf(e) == "-inf":
+    if not KV_GUARD or e is None:
         return None
+    at, d_at = _ninf(e), _ninf(ir.derivative(e))
+    if at == "-inf" and d_at == "fin":
+        return None
+    # f(-inf) = +inf / NaN or a non-finite f'(-inf): the backward also evaluates positions past the
+    # lengths at tile-multiple lengths (sqrt(|s| + 0.5) at L = S = 256: dV 158x off), so guard always;
+    # a finite f(-inf) (softcap) only matters where the last tile is padded
+    always = at in ("+inf", "nan") or d_at != "fin"
     L, S = lengths
     terms = [ir.Expr("lt", (ir.Expr.leaf(leaf), ir.Expr.const(int(n))))
-             for leaf, n in (("kv_idx", S), ("q_idx", L)) if n > 0 and n % KV_TILE]
+             for leaf, n in (("kv_idx", S), ("q_idx", L)) if n > 0 and (always or n % KV_TILE)]
     if not terms:
         return None
     return terms[0] if len(terms) == 1 else ir.Expr("and", tuple(terms))
@@ -510,7 +521,13 @@ class Emitter:
                 c = graph.tensor_scalar(float(self.deriv.value), cudnn.scalar_type.RUNTIME_PARAM)
                 return self._guarded(self._f(graph.mul(ds, c, compute_data_type=_F32)), 0.0)
             return self._guarded(self._times(ds, self.deriv), 0.0)
-        out = self._times(ds, self.deriv)
+        if self.deriv.is_const() and float(self.deriv.value).is_integer():
+            # a bprop that is only mul(dS, <pass-by-value>) or neg(dS) finds no engine ("elemsX !=
+            # elemsY", "All input shapes provided are empty"); an integer RUNTIME_PARAM scalar works
+            c = graph.tensor_scalar(float(self.deriv.value), cudnn.scalar_type.RUNTIME_PARAM)
+            out = self._f(graph.mul(ds, c, compute_data_type=_F32))
+        else:
+            out = self._times(ds, self.deriv)
         if self.mask is not None:  # dS is 0 where masked; keep a nan/inf f'(s) there out of it
             out = self._select(self.mask, out, self._const(0.0))
         return self._guarded(out, 0.0)
@@ -537,7 +554,8 @@ class Emitter:
     # -- conditions: nested binary_selects (cuDNN found no engine for logical_and of masks)
     def _select(self, cond: ir.Expr, x: Any, y: Any) -> Any:
         """cond ? x : y, with and / or / not unrolled into selects."""
-        if x is getattr(self, "raw", None) and y is self._const(float("-inf")) and not is_causal_cmp(cond):
+        ninf = self.memo.get(("const", float("-inf")))  # (looked up, not created: no dangling scalar)
+        if x is getattr(self, "raw", None) and ninf is not None and y is ninf and not is_causal_cmp(cond):
             # a select on the raw score with -inf is what cuDNN takes for its causal mask (wrong for any
             # other condition): add a 0 / -inf tensor instead, as a bias would be
             return self._f(self.g.add(x, self._select(cond, self._full(0.0), self._full(float("-inf"))),
@@ -558,8 +576,6 @@ class Emitter:
         if e.op == "const":
             if float(e.value) == 1.0:
                 return t
-            if float(e.value) == -1.0:  # a bprop that is only mul(dS, <pass-by-value>) finds no engine
-                return self._f(self.g.neg(t, compute_data_type=_F32))
             return self._f(self.g.mul(t, self._const(float(e.value)), compute_data_type=_F32))
         if e.op == "where":
             return self._select(e.args[0], self._times(t, e.args[1]), self._times(t, e.args[2]))

@@ -384,7 +384,7 @@ def _empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor
     rows = None
     if spec.mask_mod and native_band(spec) is None and not _refs_inputs(spec.mask_mod):
         rows = _empty_rows_of_mask(spec.mask_mod, q.shape[2], k.shape[2], q.device)
-    if bias is not None and spec.score:
+    if bias is not None and (spec.score or spec.empty_rows):
         b = torch.isneginf(bias).all(dim=-1)
         while b.dim() < 3:
             b = b.unsqueeze(0)
@@ -398,7 +398,7 @@ def _refs_inputs(text: str) -> bool:
 
 def _fix_empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor], out: Tensor,
                     lse: Tensor) -> None:
-    if not (spec.mask_mod or (spec.score and bias is not None)):
+    if not (spec.mask_mod or ((spec.score or spec.empty_rows) and bias is not None)):
         return
     rows = _empty_rows(spec, q, k, bias)
     if rows is not None:

@@ -178,16 +178,10 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
             return keep(site, f"the BlockMask was not built by create_block_mask from its mask_mod ({why}); "
                               "compiled flex honours its block structure", **kw)
     impl = "cudnn" if target == "auto" else "reference"
-    if impl == "cudnn" and (bias_term is not None or mask_gather is not None) and score_x != ir.Expr.leaf("score") \
-            and not ir.derivative(score_x).is_const(1.0):
-        # cuDNN adds the bias to the scaled score *before* the score_mod (flex adds it after): the two
-        # agree only for f(s) = s + g (fuzzer, H200: softcap or -s with a rel-pos table came out wrong)
-        return keep(site, "a materialized bias (gathered table or mask) with a score_mod that is not "
-                          "score + (index terms): cuDNN applies the bias before the score_mod, flex after", **kw)
     spec = AttentionSpec(scale=float(scale), mask="none", impl=impl, source="flex",
                          score="" if score_x == ir.Expr.leaf("score") else str(score_x),
                          mask_mod="" if mask_x.is_const(True) else str(mask_x),
-                         n_inputs=len(terms), block=block)
+                         n_inputs=len(terms), block=block, empty_rows=mask_gather is not None)
     if impl == "cudnn" and checker is not None:
         bias_like = None
         if bias_term is not None or mask_gather is not None:
