@@ -32,7 +32,7 @@ def rel(a, b):
 
 
 def run(name, score="", mask="", L=128, S=128, B=2, H=2, D=64, inputs=(), scale=None, bias=None, need_dbias=False,
-        dlse=False):
+        dlse=False, empty_rows=False):
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(B, H, L, D, device="cuda", generator=g).bfloat16()
     k = torch.randn(B, H, S, D, device="cuda", generator=g).bfloat16()
@@ -41,7 +41,7 @@ def run(name, score="", mask="", L=128, S=128, B=2, H=2, D=64, inputs=(), scale=
     extra = [t.cuda() for t in inputs]
     b = None if bias is None else bias.cuda().bfloat16()
     spec = AttentionSpec(scale=scale, source="flex" if (score or mask) else "sdpa", score=score, mask_mod=mask,
-                         n_inputs=len(extra))
+                         n_inputs=len(extra), empty_rows=empty_rows)
     ref = dataclasses.replace(spec, impl="reference")
     res = []
     for s in (spec, ref):
@@ -66,6 +66,30 @@ def run(name, score="", mask="", L=128, S=128, B=2, H=2, D=64, inputs=(), scale=
         keep = ~masked
         extra_txt += f"; out err elsewhere {rel(got[0][keep], want[0][keep]):.3g}"
     print(f"{name:40s} {errs}{extra_txt}")
+
+
+def bias_probes():
+    B, H = 2, 2
+    for L, S in ((100, 100), (256, 256), (300, 300)):
+        run(f"sqrt(|s|+.5) + bias L{L} S{S}", score="(sqrt (add (abs score) 0.5))", L=L, S=S, bias=torch.randn(1, H, L, S))
+        run(f"neg score + bias L{L} S{S}", score="(neg score)", L=L, S=S, bias=torch.randn(1, H, L, S))
+        run(f"neg score + (in)*(kv-q) + bias L{L} S{S}", score="(add (neg score) (mul (in 0) (sub kv_idx q_idx)))",
+            L=L, S=S, bias=torch.randn(1, H, L, S), inputs=[torch.rand(1, H, 1, 1)])
+    for D in (64, 128):
+        for L, S in ((64, 300), (64, 256), (128, 128)):
+            bias = torch.randn(B, H, L, S)
+            bias[:, :, :, S // 2:] = float("-inf")
+            bias[1, 1, 3] = float("-inf")  # a fully-masked row
+            run(f"bias with -inf, empty row D{D} L{L} S{S}", L=L, S=S, D=D, bias=bias, empty_rows=True)
+            run(f"bias with -inf, no empty row D{D} L{L} S{S}", L=L, S=S, D=D, bias=bias.clamp_min(-1e4).masked_fill(
+                torch.arange(S) >= S // 2, float("-inf")), empty_rows=True)
+    for L, S in ((128, 128), (64, 256)):
+        tab = torch.randn(1, H, L, S)
+        run(f"learned bias dBias + tanh L{L} S{S}", score="(mul (tanh (div score 2.0)) 2.0)", L=L, S=S, bias=tab,
+            need_dbias=True)
+        run(f"learned bias dBias + 1.5*s L{L} S{S}", score="(mul score 1.5)", L=L, S=S, bias=tab, need_dbias=True)
+        run(f"learned bias dBias + s L{L} S{S}", score="(add score (in 0))", L=L, S=S, bias=tab, need_dbias=True,
+            inputs=[torch.rand(1, H, 1, 1)])
 
 
 def probes():
@@ -118,9 +142,12 @@ def probes():
 
 
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
+    for p in [a for a in sys.argv[1:] if "=" in a]:
         mod, val = p.split("=")
         m, n = mod.rsplit(".", 1)
         setattr(sys.modules.get(m) or __import__(m, fromlist=[n]), n, eval(val))  # noqa: S307
     print("switches:", sys.argv[1:] or "defaults")
-    probes()
+    if "--bias" in sys.argv:
+        bias_probes()
+    else:
+        probes()

@@ -601,38 +601,54 @@ def buffers_used(e: Expr) -> set[int]:
     return out
 
 
-def split_additive(e: Expr) -> tuple[Optional[Expr], Optional[Expr]]:
-    """Write ``e`` as ``f + g`` where g collects the additive terms that do not read ``score``.
+def split_additive(e: Expr, in_f: Optional[Callable[[Expr], bool]] = None) -> tuple[Optional[Expr], Optional[Expr]]:
+    """Write ``e`` as ``f + g`` where g collects the additive terms that do not read ``score``
+    (and, with ``in_f``, only those of them for which ``in_f(term)`` is false: the rest stay in f).
 
     Returns (f, g); f is None when no term reads score (the score_mod replaces the score), g is
-    None when every term does. Only the top-level chain of ``add`` / ``sub`` is split (that is
-    what "additive" means here); anything else stays inside f.
+    None when every term does. The top-level chain of ``add`` / ``sub`` / ``neg`` is split, and a
+    product or quotient of such a chain by a float constant is distributed (``(t[b] + kv) * 0.1``):
+    that is what "additive" means here; anything else stays one term.
     """
     terms: list[tuple[int, Expr]] = []
 
-    def flat(x: Expr, sign: int) -> None:
+    def flat(x: Expr, sign: int, factor: Optional[tuple[str, Expr]] = None) -> None:
+        def term(t: Expr) -> Expr:
+            return t if factor is None else Expr(factor[0], (t, factor[1]))
         if x.op == "add":
-            flat(x.args[0], sign)
-            flat(x.args[1], sign)
+            flat(x.args[0], sign, factor)
+            flat(x.args[1], sign, factor)
         elif x.op == "sub":
-            flat(x.args[0], sign)
-            flat(x.args[1], -sign)
+            flat(x.args[0], sign, factor)
+            flat(x.args[1], -sign, factor)
         elif x.op == "neg":
-            flat(x.args[0], -sign)
+            flat(x.args[0], -sign, factor)
+        elif factor is None and x.op in ("mul", "div") and x.args[1].op == "const" and x.args[1].dtype == "float" \
+                and x.args[0].op in ("add", "sub", "neg") and kind_of(x.args[0]) in ("float", "int"):
+            flat(x.args[0], sign, (x.op, x.args[1]))  # float arithmetic: (a + b) * c = a * c + b * c
         else:
-            terms.append((sign, x))
+            terms.append((sign, term(x)))
 
     flat(e, 1)
+    if in_f is not None:
+        terms = [(sg, t) for sg, t in terms]
+        keep_f = [("score" in t.leaves()) or in_f(t) for _, t in terms]
+        f_terms = [t for t, k in zip(terms, keep_f) if k]
+        g_terms = [t for t, k in zip(terms, keep_f) if not k]
+        if any("score" in t.leaves() for _, t in f_terms):
+            return _total(f_terms), _total(g_terms)
+        return None, _total(f_terms + g_terms)
 
-    def total(ts: list[tuple[int, Expr]]) -> Optional[Expr]:
-        out: Optional[Expr] = None
-        for sign, t in ts:
-            if out is None:
-                out = t if sign > 0 else Expr("neg", (t,))
-            else:
-                out = Expr("add" if sign > 0 else "sub", (out, t))
-        return out
-
-    f = total([t for t in terms if "score" in t[1].leaves()])
-    g = total([t for t in terms if "score" not in t[1].leaves()])
+    f = _total([t for t in terms if "score" in t[1].leaves()])
+    g = _total([t for t in terms if "score" not in t[1].leaves()])
     return f, g
+
+
+def _total(ts: list[tuple[int, Expr]]) -> Optional[Expr]:
+    out: Optional[Expr] = None
+    for sign, t in ts:
+        if out is None:
+            out = t if sign > 0 else Expr("neg", (t,))
+        else:
+            out = Expr("add" if sign > 0 else "sub", (out, t))
+    return out

@@ -92,7 +92,9 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
         score = ir.simplify(ir.substitute(score, "score", ir.Expr("neg", (ir.Expr.leaf("score"),))))
     bias_term = None
     mask_gather = None
-    strict = target == "auto"  # cuDNN: per-batch terms and compared (b, h) terms are not pointwise
+    # per-batch terms and compared (b, h) terms are not pointwise on cuDNN; the reference target makes the
+    # same decisions, so CPU runs exercise the routes (bias, materialized mask) the GPU takes
+    strict = True
     mask_why = ""
     try:
         ir.extract_bh_terms(mask, strict=strict)
@@ -113,7 +115,19 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
     except ir.NotPointwise as e:
         # score_mod = f(score, ...) + g(b, h, q_idx, kv_idx, captured): f runs in cuDNN, g becomes
         # a bias computed by torch in the graph (autograd then carries dBias to the tables)
-        f, g = ir.split_additive(score)
+        # Only the terms that must be gathered go into the bias: the bias is in q's dtype (bf16), eager
+        # computes the score_mod in fp32, and a large index term (slope * (kv - q) up to 300) rounded
+        # to bf16 changes the softmax (fuzzer, H200); pointwise terms stay in fp32 inside cuDNN.
+        def pointwise(t: ir.Expr) -> bool:
+            if ir.buffers_used(t) & learned:
+                return False
+            try:
+                ir.extract_bh_terms(t, strict=strict)
+            except ir.NotPointwise:
+                return False
+            return True
+
+        f, g = ir.split_additive(score, pointwise)
         if f is None or g is None or ir.buffers_used(f) & learned:
             return keep(site, f"score_mod/mask_mod {e}, and the score_mod is not score-independent-additive "
                               "(f(score) + g(indices, tables)), so it cannot become a bias", **kw)
@@ -178,6 +192,12 @@ def decide_flex(site: AttentionSite, target: str, checker) -> Any:
             return keep(site, f"the BlockMask was not built by create_block_mask from its mask_mod ({why}); "
                               "compiled flex honours its block structure", **kw)
     impl = "cudnn" if target == "auto" else "reference"
+    if impl == "cudnn" and needs_dbias and score_x != ir.Expr.leaf("score") and not ir.derivative(score_x).is_const(1.0):
+        # cuDNN's dBias with a score_mod whose derivative is not 1 is not flex's gradient of the
+        # additive table (differential fuzzer, H200: softcap / rsqrt score_mods with a learned
+        # rel-pos table gave dTable 0.9-1.0 off), or no backward engine is found at all
+        return keep(site, "a learned additive table (dBias) together with a score_mod whose derivative is not 1: "
+                          "cuDNN's dBias is not flex's table gradient there", **kw)
     spec = AttentionSpec(scale=float(scale), mask="none", impl=impl, source="flex",
                          score="" if score_x == ir.Expr.leaf("score") else str(score_x),
                          mask_mod="" if mask_x.is_const(True) else str(mask_x),
