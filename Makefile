@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 TORCH_PIN ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-cuda bench install clean
+.PHONY: demo test test-cuda bench install clean fuzz fuzz-cuda
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,16 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not cuda" tests
+
+# the differential fuzzer (te_compile.testing.fuzz): a large CPU run (reference target, float64) ...
+FUZZ_CASES ?= 2000
+FUZZ_JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
+fuzz: $(STAMP)
+	$(PY) -m te_compile.testing.fuzz --cases $(FUZZ_CASES) --seed 0 --jobs $(FUZZ_JOBS) --json fuzz-cpu.jsonl
+
+# ... and the GPU run (cuDNN, bf16 vs eager fp32), on a CUDA machine
+fuzz-cuda: $(STAMP)
+	$(PY) -m te_compile.testing.fuzz --device cuda --cases 500 --seed 0 --jobs 10 --json fuzz-cuda.jsonl
 
 # on a CUDA machine: the cuDNN numerics tests and the benchmark
 test-cuda: $(STAMP)

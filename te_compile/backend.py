@@ -138,8 +138,13 @@ def _inductor_config(inner: str, mode: Optional[str], options: Optional[dict]) -
 def _copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
     """A copy of ``graph`` (nodes with their meta) to restore when a rewrite fails half-way."""
     new = torch.fx.Graph(owning_module=graph.owning_module, tracer_cls=graph._tracer_cls)
-    out = new.graph_copy(graph, {})
+    val_map: dict = {}
+    out = new.graph_copy(graph, val_map)
     new.output(out)
+    for old, copy in val_map.items():  # attributes Dynamo sets on nodes (_dynamo_source, ...)
+        for attr, value in getattr(old, "__dict__", {}).items():
+            if not hasattr(copy, attr):
+                setattr(copy, attr, value)
     return new
 
 

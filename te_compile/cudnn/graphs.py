@@ -218,12 +218,24 @@ def _padded_empty(shape: tuple, dtype: torch.dtype, device: torch.device) -> Ten
     return torch.empty(*shape[:-1], sp, dtype=dtype, device=device)[..., : shape[-1]]
 
 
+def _band(spec: AttentionSpec, lengths: tuple[int, int]) -> Optional[tuple[Optional[int], int]]:
+    """The native band for ``spec`` at these lengths, or None (the mask is emitted instead)."""
+    band = native_band(spec)
+    if band is not None and band[0] is not None and lengths[0] > lengths[1]:
+        return None  # "Sliding window attention is only supported with max_s_q <= max_s_kv" (cuDNN 9.19)
+    return band
+
+
+def _emitted(spec: AttentionSpec, lengths: tuple[int, int]) -> bool:
+    return bool(spec.score or spec.mask_mod) and _band(spec, lengths) is None
+
+
 def _sdpa_kwargs(spec: AttentionSpec, head_dim: int, bias_t: Any, emitter: Optional[Emitter] = None,
-                 backward: bool = False) -> dict:
+                 backward: bool = False, lengths: tuple[int, int] = (0, 0)) -> dict:
     kw: dict = {"attn_scale": spec.scale_for(head_dim)}
     if bias_t is not None:
         kw["bias"] = bias_t
-    band = (None, 0) if spec.is_causal else native_band(spec)
+    band = (None, 0) if spec.is_causal else _band(spec, lengths)
     if band is not None:  # native masks skip masked tiles (a score_mod disables them)
         kw["diagonal_alignment"] = cudnn.diagonal_alignment.TOP_LEFT
         kw["diagonal_band_right_bound"] = band[1]
@@ -242,7 +254,7 @@ def _input_tensors(g: Any, inputs: Sequence[Meta]) -> list:
 
 
 def _emitter(g: Any, spec: AttentionSpec, inputs: Sequence[Meta], lengths: tuple[int, int]) -> tuple[Optional[Emitter], list]:
-    if not (spec.score or spec.mask_mod) or native_band(spec) is not None:
+    if not _emitted(spec, lengths):
         return None, []
     ts = _input_tensors(g, inputs)
     consts = {v: g.tensor(name=f"c{j}", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=_F32,
@@ -255,15 +267,15 @@ def _emitter(g: Any, spec: AttentionSpec, inputs: Sequence[Meta], lengths: tuple
 def _graph_spec(spec: AttentionSpec, lengths: tuple[int, int]) -> Any:
     """The part of the spec a built graph depends on: the spec itself for native masks and plain
     SDPA; for an emitted score_mod, its structure (constant values are fed at execute)."""
-    if not (spec.score or spec.mask_mod) or native_band(spec) is not None:
+    if not _emitted(spec, lengths):
         return spec
     return ("emitted", spec.mask, structure(spec, lengths))
 
 
 @functools.lru_cache(maxsize=1024)
-def _const_buffers(spec: AttentionSpec) -> tuple[Tensor, ...]:
+def _const_buffers(spec: AttentionSpec, lengths: tuple[int, int]) -> tuple[Tensor, ...]:
     """CPU float32 scalars for the pass-by-value constants, in uid order (made once per spec)."""
-    if not (spec.score or spec.mask_mod) or native_band(spec) is not None:
+    if not _emitted(spec, lengths):
         return ()
     return tuple(torch.full((1, 1, 1, 1), v, dtype=torch.float32) for v in constants(spec))
 
@@ -300,7 +312,7 @@ def define_forward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: Me
     qt, kt, vt = _tensor(g, "q", q, io, _UID.Q), _tensor(g, "k", k, io, _UID.K), _tensor(g, "v", v, io, _UID.V)
     bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
     em, in_uids = _emitter(g, spec, inputs, (q[0][2], k[0][2]))
-    o, stats = g.sdpa(name="sdpa_fwd", q=qt, k=kt, v=vt, generate_stats=True, **_sdpa_kwargs(spec, q[0][3], bt, em))
+    o, stats = g.sdpa(name="sdpa_fwd", q=qt, k=kt, v=vt, generate_stats=True, **_sdpa_kwargs(spec, q[0][3], bt, em, lengths=(q[0][2], k[0][2])))
     o.set_uid(_UID.O).set_output(True).set_dim(o_shape).set_stride(list(o_stride)).set_data_type(io)
     stats.set_uid(_UID.STATS).set_output(True).set_dim([B, H, L, 1]).set_stride([H * L, L, 1, 1]).set_data_type(_F32)
     return [_UID.Q, _UID.K, _UID.V, _UID.O, _UID.STATS] + ([] if bt is None else [_UID.BIAS]) + in_uids
@@ -315,7 +327,7 @@ def define_backward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: M
     st = g.tensor(name="stats", dim=[B, H, L, 1], stride=[H * L, L, 1, 1], data_type=_F32, uid=_UID.STATS)
     bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
     em, in_uids = _emitter(g, spec, inputs, (q[0][2], k[0][2]))
-    kw = _sdpa_kwargs(spec, q[0][3], bt, em, backward=True)
+    kw = _sdpa_kwargs(spec, q[0][3], bt, em, backward=True, lengths=(q[0][2], k[0][2]))
     dbt = None
     if need_dbias and b4 is not None:
         dbt = _tensor(g, "dBias", (b4[0], _padded_strides(b4[0])), io, _UID.DBIAS)
@@ -382,7 +394,7 @@ def _empty_rows_of_mask(mask_mod: str, L: int, S: int, device: torch.device) -> 
 def _empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor]) -> Optional[Tensor]:
     """[B|1, H|1, L] True where a query row has no key left, or None (no such rows possible)."""
     rows = None
-    if spec.mask_mod and native_band(spec) is None and not _refs_inputs(spec.mask_mod):
+    if spec.mask_mod and _band(spec, (q.shape[2], k.shape[2])) is None and not _refs_inputs(spec.mask_mod):
         rows = _empty_rows_of_mask(spec.mask_mod, q.shape[2], k.shape[2], q.device)
     if bias is not None and (spec.score or spec.empty_rows):
         b = torch.isneginf(bias).all(dim=-1)
@@ -450,7 +462,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
     built = cache.get(key, build)
     out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
-    consts = list(_const_buffers(spec))
+    consts = list(_const_buffers(spec, (q.shape[2], k.shape[2])))
     buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + extra + consts
     ws = _workspace(built.workspace, q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
@@ -540,7 +552,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     if need_dbias:
         dbias4 = _padded_empty(tuple(b4.shape), q.dtype, q.device)
         buffers.append(dbias4)
-    consts = list(_const_buffers(spec))
+    consts = list(_const_buffers(spec, (q.shape[2], k.shape[2])))
     buffers += extra + consts
     ws = _workspace(built.workspace, q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)

@@ -1,0 +1,71 @@
+"""One small case per bug class the differential fuzzer found (issue "Zero wrong answers"), shared by
+the CPU tests (reference target, float64) and the CUDA tests (cuDNN, bf16 vs eager fp32)."""
+
+from __future__ import annotations
+
+from te_compile.testing.fuzz import Case
+
+
+def _score(body: str) -> str:
+    return f"def score_mod(score, b, h, q_idx, kv_idx):\n    return {body}\n"
+
+
+def _mask(body: str) -> str:
+    return f"def mask_mod(b, h, q_idx, kv_idx):\n    return {body}\n"
+
+
+def _table(name: str, shape: tuple, make: str = "randn", dtype: str = "float32", learned: bool = False) -> dict:
+    return {"name": name, "shape": list(shape), "make": make, "dtype": dtype, "learned": learned}
+
+
+def cases(cuda: bool) -> dict[str, Case]:
+    """class name -> Case. CUDA cases use lengths that are not multiples of the 128 tile."""
+    n, m, d = (129, 255, 64) if cuda else (17, 23, 8)
+    base = dict(B=2, H=2, HKV=2, L=n, S=m, D=d, DV=d, seed=7)
+    out = {
+        # 1. the gradient through return_lse
+        "lse_in_the_loss": Case(**base, score=_score("torch.tanh(score)"), return_lse=True, lse_loss=True),
+        "lse_in_the_loss_causal": Case(**base, mask=_mask("q_idx >= kv_idx"), return_lse=True, lse_loss=True),
+        # 2. a constant derivative is not affinity
+        "step_not_folded": Case(**base, score=_score("score * 2 + (score > 0)")),
+        "remainder_not_folded": Case(**base, score=_score("torch.remainder(score, 1.0)")),
+        "negative_linear": Case(**base, score=_score("1 - 0.1 * score")),
+        # 3. bool arithmetic
+        "bool_plus_bool": Case(**base, score=_score("score + (q_idx >= kv_idx) * 1 + (q_idx <= kv_idx) * 1")),
+        "score_minus_bool": Case(**base, score=_score("score - (q_idx >= kv_idx) * 1")),
+        # 4. bounded score_mods at ragged lengths
+        "sigmoid": Case(**base, score=_score("torch.sigmoid(score)")),
+        "tanh_abs": Case(**base, score=_score("torch.tanh(torch.abs(score))")),
+        "sqrt_abs": Case(**base, score=_score("torch.sqrt(torch.abs(score) + 0.5)")),
+        # 5. NaN where eager is finite
+        "square_of_scaled": Case(**base, score=_score("(score * 0.5) ** 2")),
+        "abs_grad": Case(**base, score=_score("torch.abs(score)")),
+        # 6. terms of the batch index
+        "lengths_per_batch": Case(**base, mask=_mask("kv_idx < T0[b]"), captured=[_table("T0", ("B",), "randint:1:S+1", "int64")]),
+        "offset_per_batch": Case(**base, mask=_mask("q_idx + T0[b] * 4 >= kv_idx"), captured=[_table("T0", ("B",), "randint:0:4", "int64")]),
+        "threshold_per_batch": Case(**base, score=_score("torch.where(score <= T0[b], score, score * 0.5)"),
+                                    captured=[_table("T0", ("B",))]),
+        # 7. compound index masks
+        "min_mask": Case(**base, mask=_mask("torch.minimum(kv_idx, q_idx - kv_idx) < 2 * b + 3")),
+        "nested_or": Case(**base, mask=_mask("((q_idx >= kv_idx) & (q_idx - kv_idx < 9)) | (kv_idx < 4)")),
+        "offset_band": Case(**base, mask=_mask("q_idx - 3 >= kv_idx")),
+        "strict_causal": Case(**base, score=_score("3 + score"), mask=_mask("kv_idx < q_idx")),
+        "score_mod_window": Case(**base, score=_score("torch.where(q_idx + 8 >= kv_idx, score, -float('inf'))")),
+        # 8. crashes at run time
+        "chained_index": Case(**base, score=_score("score + T0[b][q_idx] + T1[q_idx][kv_idx]"),
+                              captured=[_table("T0", ("B", "L")), _table("T1", ("L", "S"))]),
+        "log_emission": Case(**base, score=_score("torch.log(torch.abs(score) + 1.0)")),
+        "where_two_constants": Case(**base, score=_score("score + torch.where(q_idx >= kv_idx, 0.5, -0.5)")),
+        "kv_batch_1": Case(**base, kv_batch1=True, mask=_mask("q_idx >= kv_idx")),
+        "sdpa_chain": Case(**{**base, "S": n}, kind="sdpa_chain"),
+        "flex_chain": Case(**{**base, "S": n}, kind="flex_chain"),
+        "blockmask_bh_terms": Case(**base, mask=_mask("(q_idx >= kv_idx) & (h >= 1)")),
+        # 9. autocast
+        "autocast_sdpa": Case(**{**base, "S": n}, kind="sdpa", is_causal=True, autocast=True),
+        # learned tables (dBias) and rel-pos biases with index terms that must stay fp32
+        "learned_table": Case(**base, score=_score("score + T0[h, q_idx - kv_idx + S - 1]".replace("S - 1", str(m - 1))),
+                              captured=[_table("T0", ("H", "L+S-1"), learned=True)]),
+        "alibi_plus_table": Case(**base, score=_score("-0.5 * score - T0[h, q_idx - kv_idx + S - 1] + T1[h] * (kv_idx - q_idx)".replace("S - 1", str(m - 1))),
+                                 captured=[_table("T0", ("H", "L+S-1")), _table("T1", ("H",), "rand")]),
+    }
+    return out
