@@ -152,11 +152,6 @@ def decide(site: AttentionSite, target: str = "auto", checker: Optional[Checker]
             return _keep(site, f"attn_mask {_fmt_shape(mask)} does not broadcast to {list(full)}", **kw)
     impl = "cudnn" if target == "auto" else "reference"
     spec = AttentionSpec(scale=scale, mask="causal" if site.is_causal else "none", impl=impl, source=site.kind)
-    out = example_value(site.node)
-    if out is not None and q.dtype == torch.float32 and out.dtype in (torch.float16, torch.bfloat16):
-        # under torch.autocast: the op's Autocast kernel casts q/k/v (and the bias) to the autocast
-        # dtype, so check cuDNN with the dtype the op will run in
-        q, k, v = (torch.empty_strided(t.shape, t.stride(), dtype=out.dtype, device="meta") for t in (q, k, v))
     if impl == "cudnn" and checker is not None:
         bias_like = None
         if mask is not None:
