@@ -616,10 +616,15 @@ def _prepare(device: str) -> Any:
     return te_compile.backend(inner="aot_eager", target="auto" if device == "cuda" else "reference")
 
 
-def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = False) -> list[dict]:
+def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = False, tag: str = "") -> list[dict]:
     backend = _prepare(device)
     results = []
-    for c in cases:
+    t_start = time.perf_counter()
+    for n, c in enumerate(cases, 1):
+        if n % 25 == 0 and len(cases) > 50:  # progress on stderr (workers of --jobs inherit it)
+            bad = sum(r["outcome"] in ("wrong", "crash") for r in results)
+            print(f"fuzz {tag}{n}/{len(cases)} cases, {bad} wrong or crash, {time.perf_counter() - t_start:.0f} s",
+                  file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         outcome, detail, decisions = compare(c, device, backend)
         reasons = [d.reason for d in decisions if not d.rewrite]
@@ -671,7 +676,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         results = _parallel(a, len(cases))
     else:
         i, n = (int(x) for x in a.shard.split("/"))
-        results = run_cases(cases[i::n], a.device, verbose=a.verbose)
+        results = run_cases(cases[i::n], a.device, verbose=a.verbose, tag=f"shard {i}/{n}: " if n > 1 else "")
     if a.json:
         with open(a.json, "w") as f:
             for r in results:
@@ -706,7 +711,7 @@ def _parallel(a: argparse.Namespace, n_cases: int) -> list[dict]:
                "--seed", str(a.seed), "--shard", f"{i}/{a.jobs}", "--json", path] + (["--no-peers"] if a.no_peers else []) \
             + [x for p in a.patch for x in ("--patch", p)]
         env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env), path))
+        procs.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env), path))
     results = []
     for proc, path in procs:
         text, _ = proc.communicate()
