@@ -27,7 +27,7 @@ LEAVES = ("score", "b", "h", "q_idx", "kv_idx")
 #: sub-expression of (b, h, captured tensors) only; ``(buf i)``: the i-th captured tensor, only
 #: ever read through ``(index (buf i) idx...)`` inside such a sub-expression.
 REFS = ("in", "buf")
-UNARY = ("neg", "abs", "exp", "log", "tanh", "sigmoid", "sin", "cos", "tan", "sqrt", "rsqrt", "not")
+UNARY = ("neg", "abs", "exp", "exp2", "log", "tanh", "sigmoid", "sin", "cos", "tan", "sqrt", "rsqrt", "not")
 BINARY = ("add", "sub", "mul", "div", "pow", "min", "max", "rem", "floordiv",
           "eq", "ne", "lt", "le", "gt", "ge", "and", "or")
 TERNARY = ("where",)
@@ -37,6 +37,7 @@ COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 LOGICAL = ("and", "or", "not")
 
 Const = Union[bool, int, float]
+LN2 = 0.6931471805599453
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,7 +170,7 @@ def parse(text: str) -> Expr:
 # --------------------------------------------------------------------------- evaluation
 
 _UNARY_FNS: dict[str, Callable] = {
-    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": torch.log, "tanh": torch.tanh,
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "tanh": torch.tanh,
     "sigmoid": torch.sigmoid, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "sqrt": torch.sqrt,
     "rsqrt": torch.rsqrt, "not": torch.logical_not,
 }
@@ -351,6 +352,8 @@ def derivative(e: Expr, wrt: str = "score") -> Expr:
             return mul(mul(n, Expr("pow", (a[0], sub(n, _c(1.0))))), d(a[0]))
         if op == "exp":
             return mul(x, d(a[0]))
+        if op == "exp2":
+            return mul(mul(x, _c(LN2)), d(a[0]))
         if op == "log":
             return div(d(a[0]), a[0])
         if op == "tanh":
@@ -411,7 +414,7 @@ def _kind(e: Expr, score_kind: str) -> str:
     if op in COMPARISONS or op in LOGICAL:
         return "bool"
     kinds = [_kind(a, score_kind) for a in e.args[1:] if op == "where"] or [_kind(a, score_kind) for a in e.args]
-    if op in ("div", "exp", "log", "tanh", "sigmoid", "sin", "cos", "tan", "sqrt", "rsqrt"):
+    if op in ("div", "exp", "exp2", "log", "tanh", "sigmoid", "sin", "cos", "tan", "sqrt", "rsqrt"):
         return "float"
     if "float" in kinds:
         return "float"

@@ -365,7 +365,12 @@ def bh_input(q: Tensor, term: str, *bufs: Tensor) -> Tensor:
     Inserted into the graph by the rewrite pass; runs as ordinary torch ops, so it is exact.
     """
     env = {**reference.index_grids(q.shape[0], q.shape[1], 1, 1, q.device), "bufs": list(bufs)}
-    r = ir.evaluate(ir.parse(term), env).to(torch.float32)
+    # a float term keeps torch's dtype for it (a float32 table read by a float64 model is computed in
+    # float32 in eager too; a float64 one stays exact on the reference target); others become float32.
+    # cuDNN reads float32 inputs (te_compile.cudnn.graphs converts).
+    r = ir.evaluate(ir.parse(term), env)
+    if not r.is_floating_point() or r.dtype in (torch.float16, torch.bfloat16):
+        r = r.to(torch.float32)
     while r.dim() < 4:
         r = r.unsqueeze(0)
     return r.contiguous()

@@ -68,4 +68,7 @@ def cases(cuda: bool) -> dict[str, Case]:
         "alibi_plus_table": Case(**base, score=_score("-0.5 * score - T0[h, q_idx - kv_idx + S - 1] + T1[h] * (kv_idx - q_idx)".replace("S - 1", str(m - 1))),
                                  captured=[_table("T0", ("H", "L+S-1")), _table("T1", ("H",), "rand")]),
     }
+    if not cuda:  # exact on the reference target only: a step of exp2 at an integer (bf16 moves it on cuDNN)
+        # exp2 translated as exp(x ln 2) put remainder(exp2(4), 1) at 0.99999 instead of 0
+        out["exp2_remainder"] = Case(**base, score=_score("torch.remainder(torch.exp2(torch.clamp(score * 2, max=4.0)), 1.0)"))
     return out

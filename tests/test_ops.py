@@ -84,7 +84,8 @@ def test_score_expr_with_extra_input_and_opcheck():
     q, k, v, _, _ = _args(CASES["plain"])
     slopes = torch.rand(4, dtype=torch.float64)
     inp = bh_input(q, "(index (buf 0) h)", slopes)
-    assert inp.shape == (1, 4, 1, 1) and inp.dtype == torch.float32
+    assert inp.shape == (1, 4, 1, 1) and inp.dtype == torch.float64  # a float term keeps its dtype
+    assert bh_input(q, "(mul h 2)", slopes).dtype == torch.float32  # an integer term becomes float32
     spec = AttentionSpec(scale=0.3, impl="reference", source="flex", n_inputs=1,
                          score="(add score (mul (in 0) (sub kv_idx q_idx)))", mask_mod="(ge q_idx kv_idx)").key()
     out = torch.ops.te_compile.attn_fwd(q, k, v, None, [inp.double()], spec)[0]

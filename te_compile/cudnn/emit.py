@@ -78,6 +78,8 @@ def constants(spec: AttentionSpec) -> tuple[float, ...]:
             return
         if e.op == "const" and not isinstance(e.value, bool) and _uses_pbv(float(e.value)):
             out[float(e.value)] = None
+        if e.op == "exp2" and _uses_pbv(ir.LN2):  # emitted as exp(x * ln 2)
+            out[ir.LN2] = None
         if e.op in ("floordiv", "rem") and _int_by_const(e):  # the exact integer division's constants
             for v in (0.5, 1.0 / float(e.args[1].value)):
                 if _uses_pbv(v):
@@ -263,7 +265,7 @@ def _ninf(e: ir.Expr) -> str:
         return _NEG[a[0]]
     if op in ("tanh", "sigmoid"):
         return "fin"
-    if op == "exp":
+    if op in ("exp", "exp2"):
         return "+inf" if a[0] == "+inf" else "fin"
     if op == "abs":
         return "fin" if a[0] == "fin" else "+inf"
@@ -366,7 +368,7 @@ def _unsupported(e: ir.Expr, cond: bool = False) -> Optional[str]:
         return f"integer {e.op} by a non-constant or non-positive divisor (cuDNN's division is inexact)"
     if e.op in ("buf", "index"):
         return "a captured-tensor gather"
-    if e.op not in (*_FLOAT_UNARY, *_ARITH, *_CMP, "and", "or", "not", "where", "rem", "floordiv"):
+    if e.op not in (*_FLOAT_UNARY, *_ARITH, *_CMP, "and", "or", "not", "where", "rem", "floordiv", "exp2"):
         return f"no cuDNN op for {e.op!r}"
     for a in e.args:
         why = _unsupported(a)
@@ -690,6 +692,10 @@ class Emitter:
             if n < 0:
                 t = self._f(g.reciprocal(t, compute_data_type=_F32))
             return t, "float"
+        if op == "exp2":  # 2^x = exp(x ln 2)
+            x = self._number(e.args[0])[0]
+            return self._f(g.exp(self._f(g.mul(x, self._const(ir.LN2), compute_data_type=_F32)),
+                                 compute_data_type=_F32)), "float"
         if op in _FLOAT_UNARY:
             a, kind = self._number(e.args[0])
             if kind == "int" and op in _INT_OK:

@@ -123,8 +123,8 @@ def _translate(n: Node, arg) -> Expr:
         return arg(a[0])
     if t in _UNARY:
         return Expr(_UNARY[t], (arg(a[0]),))
-    if t == aten.exp2.default:  # 2^x = exp(x ln 2)
-        return Expr("exp", (Expr("mul", (arg(a[0]), Expr.const(0.6931471805599453))),))
+    if t == aten.exp2.default:  # exact in the reference (exp(x ln 2) is not: remainder(exp2(4), 1) differs)
+        return Expr("exp2", (arg(a[0]),))
     if t in (aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar):
         alpha = kw.get("alpha", a[2] if len(a) > 2 else 1)
         rhs = arg(a[1]) if alpha == 1 else Expr("mul", (arg(a[1]), Expr.const(alpha)))
