@@ -14,6 +14,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 import time
 from typing import Optional
@@ -23,6 +24,10 @@ def _load(spec: str):
     if ":" not in spec:
         raise SystemExit(f"te-compile explain: expected MODULE:FACTORY, got {spec!r}")
     mod_name, attr = spec.split(":", 1)
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        # the installed `te-compile` script does not put the current folder on sys.path (`python -m` does);
+        # users point it at their own module in the folder they are in
+        sys.path.insert(0, os.getcwd())
     try:
         obj = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:

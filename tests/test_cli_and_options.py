@@ -69,6 +69,22 @@ def test_cli_explain_table_and_json():
     assert d["summary"]["reference"] == 3 and d["sites"][2]["dbias"].startswith("yes")
 
 
+def test_installed_script_finds_a_module_in_the_current_folder(tmp_path):
+    """`te-compile explain mymodule:make` from the folder that holds mymodule.py (the console script,
+    unlike `python -m`, does not put the current folder on sys.path)."""
+    (tmp_path / "mymodule.py").write_text(
+        "import torch, torch.nn.functional as F\n"
+        "def make():\n"
+        "    q = torch.randn(1, 2, 8, 8)\n"
+        "    return (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)), (q, q, q)\n")
+    script = "import sys; from te_compile.__main__ import main; sys.exit(main())"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-I", "-c", script, "explain", "mymodule:make", "--target", "reference"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "1 attention site(s) in 1 graph(s): 0 on cuDNN, 1 on the reference kernel" in r.stdout
+
+
 def test_cli_errors_are_clear():
     r = _cli("explain", "no_such_module:f")
     assert r.returncode != 0 and "cannot load 'no_such_module:f'" in r.stderr
