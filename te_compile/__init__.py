@@ -18,17 +18,41 @@ __all__ = ["backend", "compile", "te_compile_backend", "explain", "Report", "Att
            "VerificationError", "__version__"]
 
 
+def _inside_torch_log_setup() -> bool:
+    """Is torch importing te_compile from its own log setup (then torch sets up our logger too)?"""
+    import sys
+
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code.co_name == "_init_logs" and "torch" in f.f_code.co_filename:
+            return True
+        f = f.f_back
+    return False
+
+
 def _register_torch_logs() -> None:
     """Make ``TORCH_LOGS="+te_compile"`` (and ``torch._logging.set_logs(modules={"te_compile": ...})``)
     show te_compile's decisions and site reports next to the other compile logs."""
     import os
 
     try:
+        import logging
+
         from torch._logging import _internal
 
         _internal.register_log("te_compile", "te_compile")
-        if "te_compile" in os.environ.get("TORCH_LOGS", ""):
-            _internal._init_logs()
+        if "te_compile" in os.environ.get("TORCH_LOGS", "") and not _inside_torch_log_setup():
+            # set up te_compile's own logger only: torch may import te_compile (its Dynamo backend entry
+            # point) while it sets up logging itself, and a second _init_logs() there printed every torch
+            # log line twice
+            _internal._update_log_state_from_env()
+            log = logging.getLogger("te_compile")
+            level = dict(_internal.log_state.get_log_level_pairs()).get("te_compile")
+            if level is not None:
+                log.setLevel(level)
+                log.propagate = False
+            if not any(_internal._is_torch_handler(h) for h in log.handlers):
+                _internal._setup_handlers(logging.StreamHandler, log)
     except Exception:  # noqa: BLE001 - logging integration must never break import
         pass
 

@@ -104,6 +104,22 @@ def test_torch_logs_show_the_site_report():
     assert "te_compile: graph" in r.stderr and "kept: inputs on cpu" in r.stderr
 
 
+def test_torch_logs_print_each_line_once():
+    """TORCH_LOGS naming te_compile must not set torch's handlers up twice (every line printed twice)."""
+    code = ("import torch, torch.nn.functional as F, te_compile\n"
+            "f = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+            "x = torch.randn(1, 2, 8, 8)\n"
+            "torch.compile(f, backend=te_compile.backend(inner='eager'))(x, x, x)\n")
+    counts = {}
+    for logs in ("guards", "+te_compile,guards"):
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                           env={**os.environ, "TORCH_LOGS": logs})
+        assert r.returncode == 0, r.stderr[-2000:]
+        counts[logs] = (r.stderr.count("GUARDS"), r.stderr.count("te_compile: graph"))
+    assert counts["guards"][0] >= 1 and counts["+te_compile,guards"][0] == counts["guards"][0], counts
+    assert counts["+te_compile,guards"][1] == 1, counts
+
+
 def _no_lines(report) -> str:
     """The report with source line numbers masked (editing a file must not break the golden)."""
     import re
