@@ -162,6 +162,12 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
         gm.recompile()
         log.warning("te_compile: rewrite failed (%s: %s); graph left unchanged", type(e).__name__, e)
         decisions = []
+    if options.verify and decisions and not any(d.rewrite and d.target == "cudnn" for d in decisions):
+        import warnings
+        msg = ("te_compile: verify=True compares cuDNN with the reference math, but no attention site of this "
+               "graph runs on cuDNN (CPU inputs, target='reference', or kept sites): nothing is verified")
+        log.warning(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
     report = GraphReport(_graph_counter, decisions, gm.code, options)
     _record(report)
     for d in decisions:

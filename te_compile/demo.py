@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from typing import Callable, Optional
 
@@ -102,6 +103,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     a = p.parse_args(argv)
     dev = torch.device(a.device)
     gpu = dev.type == "cuda"
+    if gpu and not torch.cuda.is_available():
+        print("te_compile demo: --device cuda needs a CUDA GPU (this torch sees none); run `te-compile demo` "
+              "without --device to use the CPU and the reference kernel", file=sys.stderr)
+        return 2
     # on a GPU: long enough sequences that attention, not Python, dominates the step
     seq = a.seq or (2048 if gpu else 64)
     batch = a.batch or (4 if gpu else 2)

@@ -47,6 +47,16 @@ def test_verify_flag_reaches_the_spec():
     assert not plain.decisions[0].spec.verify and "verify" not in plain.code()
 
 
+def test_verify_without_cudnn_says_so():
+    """verify=True on a graph with no cuDNN site (CPU) warns instead of silently checking nothing."""
+    import warnings
+    x = torch.randn(1, 2, 8, 8)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        te_compile.compile(attn, verify=True, inner="eager", target="reference")(x, x, x)
+    assert any("nothing is verified" in str(m.message) for m in w)
+
+
 def test_verify_compare_reports_figures():
     a = torch.ones(4, 4)
     assert verify.compare("forward", ["out"], [a], [a + 1e-4]) is None
@@ -91,6 +101,8 @@ def test_cli_errors_are_clear():
     if not torch.cuda.is_available():
         r = _cli("bench")
         assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr
+        r = _cli("demo", "--device", "cuda")
+        assert r.returncode == 2 and "needs a CUDA GPU" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_torch_logs_show_the_site_report():
