@@ -7,6 +7,9 @@ On a GPU the attention runs on cuDNN (bf16) and the step time is compared with d
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import os
 import statistics
 import sys
 import time
@@ -93,7 +96,29 @@ def example() -> tuple:
     return model, (torch.randint(0, 512, (2, 64)),)
 
 
+@contextlib.contextmanager
+def _quiet_site_logs():
+    """The demo prints the site report itself, once. te_compile logs each graph's decisions and report at
+    INFO (the CLI turns INFO on for progress), which would print the table again per graph; keep only
+    warnings unless the user asked for te_compile's logs with ``TORCH_LOGS``."""
+    log = logging.getLogger("te_compile")
+    if "te_compile" in os.environ.get("TORCH_LOGS", ""):
+        yield
+        return
+    level = log.level
+    log.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
+    with _quiet_site_logs():
+        return _main(argv)
+
+
+def _main(argv: Optional[list[str]] = None) -> int:
     import te_compile
 
     p = argparse.ArgumentParser(description="te_compile demo: compile a small GPT and report")
@@ -120,7 +145,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     t0 = time.perf_counter()
     report = te_compile.explain(model.to(dtype), idx, target=target, inner="inductor")
-    print(f"compiled in {time.perf_counter() - t0:.1f}s\n")
+    print(f"compiled in {time.perf_counter() - t0:.1f}s")
     print(report)
 
     compiled = torch.compile(model, backend=te_compile.backend(target=target))
