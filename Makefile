@@ -8,11 +8,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-cuda bench install clean fuzz fuzz-cuda
 
+# the test venv takes the [cuda] extra too: the CPU suite checks the cuDNN target's decisions with the
+# cuDNN frontend's own validator (no GPU needed); `pip install te_compile` alone is the CPU user's install
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,cuda]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -13,3 +13,100 @@ def test_license_file_and_metadata():
     md = importlib.metadata.metadata("te_compile")
     assert "Apache-2.0" in (md.get("License-Expression"), md.get("License"))
     assert "LICENSE" in (md.get_all("License-File") or [])
+
+
+# --------------------------------------------------------------------------- issue 12: how the cuDNN frontend is installed
+
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        return tomllib.load(f)
+
+
+def _names(reqs: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[;\s]", r, maxsplit=1)[0].lower() for r in reqs}
+
+
+def test_cudnn_frontend_is_the_cuda_extra_not_a_requirement():
+    """CPU users (reference target) get no CUDA packages; GPU users install te_compile[cuda]."""
+    project = _pyproject()["project"]
+    assert project["license"] == {"text": "Apache-2.0"}  # the table form, on purpose (see pyproject.toml)
+    assert _names(project["dependencies"]) == {"torch", "numpy"}
+    extras = project["optional-dependencies"]
+    assert extras["cuda"] == ["nvidia-cudnn-frontend>=1.32"]
+    assert "nvidia-cudnn-frontend" not in _names(extras["test"])
+    from te_compile.install import CUDA_EXTRA, FRONTEND
+
+    assert CUDA_EXTRA in extras and FRONTEND in extras[CUDA_EXTRA]
+
+
+def test_make_test_installs_what_the_cpu_suite_needs():
+    """The CPU suite validates cuDNN graphs with the frontend (tests/test_cudnn_decisions.py): the Makefile's
+    venv installs the cuda extra with the test extra."""
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        make = f.read()
+    installs = re.findall(r'pip install -q -e "\.\[([a-z,]+)\]"', make)
+    assert installs and set(installs[0].split(",")) == {"test", "cuda"}, installs
+
+
+def test_readme_shows_both_install_paths_after_the_two_commands():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    assert readme.startswith("# te_compile\n\n```\nmake demo")
+    two_commands = readme.index("make test")
+    cpu, gpu = readme.find("pip install te_compile"), readme.find("pip install 'te_compile[cuda]'")
+    assert two_commands < cpu and two_commands < gpu, (cpu, gpu)
+
+
+def test_frontend_missing_says_how_to_install():
+    from te_compile.install import frontend_missing
+
+    missing = ModuleNotFoundError("No module named 'cudnn'", name="cudnn")
+    assert frontend_missing(missing) == ("cuDNN frontend not installed (ModuleNotFoundError: No module named "
+                                         "'cudnn'): pip install 'te_compile[cuda]'")
+    broken = frontend_missing(ImportError("libcudnn.so.9: cannot open shared object file\nmore"))
+    assert broken.startswith("cuDNN frontend unavailable (ImportError: libcudnn.so.9: cannot open shared object file)")
+    assert "pip install 'te_compile[cuda]'" in broken
+    # a library the frontend needs is missing: the frontend is there, but broken
+    assert frontend_missing(ModuleNotFoundError("No module named 'tvm_ffi'", name="tvm_ffi")).startswith(
+        "cuDNN frontend unavailable")
+    assert len(frontend_missing(RuntimeError("x" * 1000))) < 300  # one line, the error text cut short
+
+
+_WITHOUT_FRONTEND = r"""
+import sys
+sys.modules["cudnn"] = None  # as if nvidia-cudnn-frontend were not installed: `import cudnn` fails
+import torch
+import torch.nn.functional as F
+import te_compile
+from te_compile.install import frontend_missing
+try:
+    import cudnn
+except ImportError as e:
+    assert frontend_missing(e).startswith("cuDNN frontend not installed"), frontend_missing(e)
+q = torch.randn(1, 2, 8, 8)
+fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+(d,) = te_compile.explain(fn, q, q, q, target="reference").decisions
+assert d.rewrite and d.target == "reference", d.reason
+(d,) = te_compile.explain(fn, q, q, q, target="auto").decisions
+assert not d.rewrite and "cpu" in d.reason, d.reason
+out = torch.compile(fn, backend=te_compile.backend(target="reference", inner="eager"))(q, q, q)
+torch.testing.assert_close(out, fn(q, q, q))
+print("ok")
+"""
+
+
+def test_cpu_user_without_the_frontend():
+    """Without the cuda extra, importing te_compile, the reference target and explain work on a CPU."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TORCH_LOGS", None)
+    p = subprocess.run([sys.executable, "-c", _WITHOUT_FRONTEND], cwd=ROOT, env=env, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout
