@@ -90,7 +90,7 @@ def main() -> None:
     rows.append(("_sig", lambda: graphs._sig("fwd", s, None, (qd, kd, vd, None))))
     rows.append(("from_key", lambda: AttentionSpec.from_key(spec)))
     blocks = [bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices]
-    bs = AttentionSpec(mask="none", source="flex", mask_mod="(ge q_idx kv_idx)", block="128,128,1")
+    bs = AttentionSpec(mask="none", source="flex", mask_mod="(ge q_idx kv_idx)", block_q=128, block_kv=128, block_full=True)
     rows.append(("_check_block_mask (cached)", lambda: ops._check_block_mask(bs, qd, kd, [], blocks)))
 
     @torch.library.custom_op("te_bench::nop6", mutates_args=())

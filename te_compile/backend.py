@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 from typing import Any, Callable, Optional
 
 import torch
 from torch.fx import GraphModule
 
-from .passes.rewrite import TARGETS, Decision, rewrite_graph
+from .passes.decision import TARGETS
+from .passes.rewrite import rewrite_graph
+from .report import GraphReport, Report, record
 
 log = logging.getLogger("te_compile")
 
@@ -43,16 +44,6 @@ def _guard_requires_grad_flips() -> None:
 _guard_requires_grad_flips()
 
 
-@dataclasses.dataclass
-class GraphReport:
-    """The decisions taken for one Dynamo graph and its code after the rewrite."""
-
-    index: int
-    decisions: list[Decision]
-    code: str
-    options: "Options"
-
-
 @dataclasses.dataclass(frozen=True)
 class Options:
     inner: str = "inductor"
@@ -64,31 +55,6 @@ class Options:
             raise ValueError(f"unknown inner compiler {self.inner!r}; expected one of {INNER_COMPILERS}")
         if self.target not in TARGETS:
             raise ValueError(f"unknown target {self.target!r}; expected one of {TARGETS}")
-
-
-_recorders = threading.local()
-
-
-class record_reports:
-    """Context manager collecting the GraphReport of every graph compiled inside it."""
-
-    def __init__(self) -> None:
-        self.reports: list[GraphReport] = []
-
-    def __enter__(self) -> list[GraphReport]:
-        stack = getattr(_recorders, "stack", None)
-        if stack is None:
-            stack = _recorders.stack = []
-        stack.append(self.reports)
-        return self.reports
-
-    def __exit__(self, *exc: Any) -> None:
-        _recorders.stack.pop()
-
-
-def _record(report: GraphReport) -> None:
-    for sink in getattr(_recorders, "stack", []) or []:
-        sink.append(report)
 
 
 def _checker(target: str) -> Optional[Callable[..., Optional[str]]]:
@@ -162,21 +128,20 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
         gm.recompile()
         log.warning("te_compile: rewrite failed (%s: %s); graph left unchanged", type(e).__name__, e)
         decisions = []
-    if options.verify and decisions and not any(d.rewrite and d.target == "cudnn" for d in decisions):
+    if options.verify and decisions and not any(d.runs_on == "cudnn" for d in decisions):
         import warnings
         msg = ("te_compile: verify=True compares cuDNN with the reference math, but no attention site of this "
                "graph runs on cuDNN (CPU inputs, target='reference', or kept sites): nothing is verified")
         log.warning(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=2)
     report = GraphReport(_graph_counter, decisions, gm.code, options)
-    _record(report)
+    record(report)
     for d in decisions:
         if d.rewrite:
-            log.info("te_compile: %s -> %s (%s)", d.name, d.target, d.spec.describe() if d.spec else "")
+            log.info("te_compile: %s -> %s (%s)", d.name, d.runs_on, d.spec.describe() if d.spec else "")
         else:
             log.info("te_compile: %s kept: %s", d.name, d.reason)
     if decisions and log.isEnabledFor(logging.INFO):
-        from .explain import Report
         log.info("te_compile: graph %d\n%s", report.index, Report([report]).table())
     return _inner_compile(options.inner, gm, example_inputs, _inductor_config(options.inner, mode, inductor_options))
 

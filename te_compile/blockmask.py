@@ -15,6 +15,7 @@ re-using one BlockMask costs a dictionary lookup per call.
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from typing import Optional, Sequence
 
@@ -107,3 +108,37 @@ class _Verified:
 
 
 verified = _Verified()
+
+
+# --------------------------------------------------------------------------- the op's run-time check
+
+_log = logging.getLogger("te_compile")
+_capture_noted = False
+
+
+def check_call(spec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Tensor]) -> None:
+    """The op's check of the BlockMask it receives (once per BlockMask): raise rather than give an
+    answer different from compiled flex's."""
+    global _capture_noted
+    if q.is_cuda and torch.cuda.is_current_stream_capturing():
+        # CUDA graph capture (mode="reduce-overhead"): no checking work can run (it syncs); the
+        # capture replays what the warm-up run, which did check this BlockMask, computed
+        if not _capture_noted:
+            _capture_noted = True
+            _log.warning("te_compile: under CUDA graph capture the run-time BlockMask check is skipped; graph "
+                         "replays do not re-check a different BlockMask passed later (the compile-time and "
+                         "warm-up checks still apply). Build BlockMasks with create_block_mask.")
+        return
+    qb, kb, mask = spec.block_q, spec.block_kv, spec.mask_expr() or ir.Expr.const(True)
+    kv_num, kv_idx = block[0], block[1]
+    full_num, full_idx = (block[2], block[3]) if spec.block_full else (None, None)
+    B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    why = verified.check(
+        block + inputs, (B, H, L, S, spec.mask_mod, qb, kb, spec.block_full),
+        lambda: mismatch(mask, inputs, B, H, L, S, qb, kb, kv_num, kv_idx, full_num, full_idx, q.device))
+    if why:
+        raise RuntimeError(
+            "te_compile: the BlockMask given to flex_attention was not built by create_block_mask from its "
+            f"mask_mod ({why}). Compiled flex_attention honours the block structure, te_compile applies "
+            "mask_mod element-wise, so it refuses to run rather than give a different answer. Build the mask "
+            "with create_block_mask(mask_mod, ...), or compile this model without te_compile.")

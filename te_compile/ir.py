@@ -27,12 +27,6 @@ LEAVES = ("score", "b", "h", "q_idx", "kv_idx")
 #: sub-expression of (b, h, captured tensors) only; ``(buf i)``: the i-th captured tensor, only
 #: ever read through ``(index (buf i) idx...)`` inside such a sub-expression.
 REFS = ("in", "buf")
-UNARY = ("neg", "abs", "exp", "exp2", "log", "tanh", "sigmoid", "sin", "cos", "tan", "sqrt", "rsqrt", "not")
-BINARY = ("add", "sub", "mul", "div", "pow", "min", "max", "rem", "floordiv",
-          "eq", "ne", "lt", "le", "gt", "ge", "and", "or")
-TERNARY = ("where",)
-GATHER = ("index",)
-CASTS = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "bool")
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
 LOGICAL = ("and", "or", "not")
 

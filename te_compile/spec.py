@@ -13,14 +13,11 @@ import dataclasses
 import functools
 import json
 import math
-from typing import Literal, Optional
+from typing import Optional
 
-#: Mask kinds the op understands. ``causal`` is SDPA's top-left causal (q_idx >= kv_idx).
-MaskKind = Literal["none", "causal"]
-#: Which kernel serves the op on CUDA. ``reference`` forces the exact eager math everywhere.
-Impl = Literal["cudnn", "reference"]
-
+#: mask kinds the op understands; "causal" is SDPA's top-left causal (q_idx >= kv_idx)
 MASK_KINDS: tuple[str, ...] = ("none", "causal")
+#: which kernel serves the op on CUDA; "reference" forces the exact eager math everywhere
 IMPLS: tuple[str, ...] = ("cudnn", "reference")
 
 
@@ -46,9 +43,12 @@ class AttentionSpec:
     mask_mod: str = ""
     #: how many of the op's extra tensors are ``(in i)`` inputs (the rest are BlockMask tensors)
     n_inputs: int = 0
-    #: "QB,KB,F": the op also receives the BlockMask (kv_num_blocks, kv_indices[, full_kv_num_blocks,
-    #: full_kv_indices] when F=1) and checks once per BlockMask that mask_mod explains it; "" = none
-    block: str = ""
+    #: the BlockMask's block sizes (0: no BlockMask): the op also receives its kv_num_blocks, kv_indices
+    #: (and full_kv_num_blocks, full_kv_indices when block_full) after the (in i) inputs, and checks
+    #: once per BlockMask that mask_mod explains it
+    block_q: int = 0
+    block_kv: int = 0
+    block_full: bool = False
     #: the bias may hold rows that are -inf everywhere (a materialized mask): the cuDNN kernel sets
     #: those rows to output 0 / lse -inf itself (graphs._fix_empty_rows)
     empty_rows: bool = False

@@ -9,11 +9,16 @@ checked again (it is a first-call check, not a per-call cost).
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
+
+from . import reference
+
+log = logging.getLogger("te_compile")
 
 #: relative error (max |a - b| / max |b|) accepted for outputs and gradients in fp16 / bf16
 TOLERANCE = 2e-2
@@ -63,3 +68,31 @@ def compare(what: str, names: Sequence[str], got: Sequence[Optional[Tensor]], wa
 def key_of(tag: str, spec: str, tensors: Sequence[Optional[Tensor]], flag: object = None) -> tuple:
     return (tag, spec, flag) + tuple(None if t is None else (tuple(t.shape), t.stride(), t.dtype, t.device)
                                      for t in tensors)
+
+
+# --------------------------------------------------------------------------- the ops' hooks
+
+def forward(spec_key: str, s, q, k, v, bias, inputs, out, lse) -> None:
+    """Called by the CUDA forward kernel after cuDNN ran (``s.verify``)."""
+    if torch.cuda.is_current_stream_capturing():
+        return  # the warm-up run before a CUDA graph capture is verified instead
+    if not first_time(key_of("fwd", spec_key, (q, k, v, bias, *inputs))):
+        return
+    ref_out, ref_lse = reference.attention_forward(q, k, v, bias, s, inputs)
+    why = compare("forward", ("out", "lse"), (out, lse), (ref_out, ref_lse.float()))
+    if why:
+        raise VerificationError(f"te_compile verify: cuDNN {why}; spec {s.describe()}, q {tuple(q.shape)} {q.dtype}")
+    log.info("te_compile verify: forward (%s) agrees with the reference", s.describe())
+
+
+def backward(spec_key: str, s, dout, q, k, v, out, lse, bias, need_dbias, inputs, grads, dlse=None) -> None:
+    """Called by the CUDA backward kernel after cuDNN ran (``s.verify``)."""
+    if torch.cuda.is_current_stream_capturing():
+        return
+    if not first_time(key_of("bwd", spec_key, (dout, q, k, v, bias, *inputs), (need_dbias, dlse is None))):
+        return
+    ref = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs, dlse)
+    why = compare("backward", ("dq", "dk", "dv", "dbias"), grads, ref)
+    if why:
+        raise VerificationError(f"te_compile verify: cuDNN {why}; spec {s.describe()}, q {tuple(q.shape)} {q.dtype}")
+    log.info("te_compile verify: backward (%s) agrees with the reference", s.describe())

@@ -50,7 +50,7 @@ def test_explain_table_and_dict():
     assert lines[0] == ("te_compile: 2 attention site(s) in 1 graph(s): 0 on cuDNN, "
                         "1 on the reference kernel, 1 kept")
     assert lines[1].split() == ["#", "site", "source", "kind", "q", "dtype", "mask", "score_mod", "grads",
-                                "dbias", "target", "reason"]
+                                "dbias", "runs_on", "reason"]
     assert "test_backend.py:" in lines[2] and "reference" in lines[2] and "causal" in lines[2]
     assert lines[3].endswith("dropout_p=0.2 > 0: cuDNN's dropout RNG cannot reproduce torch's")
     d = json.loads(json.dumps(report.to_dict()))

@@ -29,7 +29,7 @@ def _check_form(form, dtype, inner="aot_eager", **shape):
     inputs = make_inputs(form, "cuda", dtype, **shape)
     fn = make_fn(form)
     report = te_compile.explain(fn, **{n: t.detach().requires_grad_(t.requires_grad) for n, t in inputs.items()})
-    assert [d.target for d in report.decisions] == ["cudnn"], str(report)
+    assert [d.runs_on for d in report.decisions] == ["cudnn"], str(report)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a reference fallback would warn
         out, grads = run(_compiled(fn, inner), inputs)

@@ -61,7 +61,7 @@ def _on_cudnn_and_eager(fn, q, k, v, dout):
     """Assert the site goes to cuDNN; (report, compiled (out, lse, grads), eager float32 (out, lse, grads))."""
     torch._dynamo.reset()
     report = te_compile.explain(fn, q, k, v)
-    assert [d.target for d in report.decisions] == ["cudnn"], str(report)
+    assert [d.runs_on for d in report.decisions] == ["cudnn"], str(report)
     compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a reference fallback would warn
@@ -125,7 +125,7 @@ def test_learned_relative_position_table_on_cudnn():
 
     torch._dynamo.reset()
     report = te_compile.explain(fn, q, k, v)
-    assert [d.target for d in report.decisions] == ["cudnn"], str(report)
+    assert [d.runs_on for d in report.decisions] == ["cudnn"], str(report)
     compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)

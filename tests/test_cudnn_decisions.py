@@ -45,20 +45,20 @@ def sdpa_mask(q, k, v, m):
 
 def test_bf16_cuda_goes_to_cudnn():
     d, gm = _decide(sdpa, [(2, 8, 128, 64)] * 3)
-    assert d.rewrite and d.target == "cudnn", d.reason
+    assert d.rewrite and d.runs_on == "cudnn", d.reason
     assert '"impl":"cudnn"' in gm.code and '"mask":"causal"' in gm.code
 
 
 def test_learned_bias_reports_dbias():
     d, _ = _decide(sdpa_mask, [(2, 8, 128, 64)] * 3, mask=((1, 8, 128, 128), torch.bfloat16, True))
-    assert d.rewrite and d.grads.bias and d.dbias.startswith("yes")
+    assert d.rewrite and d.grads.bias and d.dbias_note.startswith("yes")
 
 
 def test_frozen_bias_and_bool_mask_need_no_dbias():
     d, _ = _decide(sdpa_mask, [(2, 8, 128, 64)] * 3, mask=((128, 128), torch.bfloat16, False))
-    assert d.rewrite and not d.grads.bias and d.dbias.startswith("no")
+    assert d.rewrite and not d.grads.bias and d.dbias_note.startswith("no")
     d, gm = _decide(sdpa_mask, [(2, 8, 128, 64)] * 3, mask=((128, 128), torch.bool, False))
-    assert d.rewrite and d.dbias == "no (bool mask)" and "mask_to_bias" in gm.code
+    assert d.rewrite and d.dbias_note == "no (bool mask)" and "mask_to_bias" in gm.code
 
 
 @pytest.mark.parametrize("shapes,dtype,why", [
@@ -68,7 +68,7 @@ def test_frozen_bias_and_bool_mask_need_no_dbias():
 ])
 def test_unsupported_configs_are_kept_with_reason(shapes, dtype, why):
     d, gm = _decide(sdpa, shapes, dtype=dtype)
-    assert not d.rewrite and d.target == "kept"
+    assert not d.rewrite and d.runs_on == "kept"
     assert why in d.reason
     assert "scaled_dot_product_attention" in gm.code
 

@@ -81,7 +81,7 @@ def _compare(fn, args, tol=1e-7):
 def test_flex_matches_eager(score, mask):
     fn = _fn(score, mask)
     report = te_compile.explain(fn, *[a.detach() for a in _inputs()], target="reference")
-    assert [d.target for d in report.decisions] == ["reference"], str(report)
+    assert [d.runs_on for d in report.decisions] == ["reference"], str(report)
     _compare(fn, _inputs())
 
 
@@ -108,7 +108,7 @@ def test_fully_masked_rows_give_zero_and_minus_inf_lse():
 
 
 def _reasons(fn, *args):
-    return [(d.target, d.reason) for d in te_compile.explain(fn, *args, target="reference").decisions]
+    return [(d.runs_on, d.reason) for d in te_compile.explain(fn, *args, target="reference").decisions]
 
 
 def test_non_additive_gather_is_kept():
@@ -130,7 +130,7 @@ def test_relative_position_table_becomes_a_bias(learned):
                               score_mod=lambda s, b, h, q_, kv: 20.0 * torch.tanh(s / 20.0) + table[h, q_ - kv + L - 1])
     report = te_compile.explain(fn, *_inputs(), target="reference")
     (d,) = report.decisions
-    assert d.target == "reference" and d.dbias == ("yes (table needs grad)" if learned else "no (table frozen)")
+    assert d.runs_on == "reference" and d.dbias_note == ("yes (table needs grad)" if learned else "no (table frozen)")
     assert "materialize_bias" in report.code()
     compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
     got = _run(compiled, _inputs())
@@ -188,8 +188,8 @@ class TestFlexGolden(expecttest.TestCase):
         self.assertExpectedInline(str(report).splitlines()[0], """te_compile: 1 attention site(s) in 1 graph(s): 0 on cuDNN, 1 on the reference kernel, 0 kept""")
         code = "\n".join(ln for ln in report.code().splitlines() if "te_compile" in ln or "mul" in ln)
         self.assertExpectedInline(code, """\
-    bh_input = te_compile_ops_bh_input(l_q_, '(index (buf 0) h)', g_slopes_);  g_slopes_ = None
-    attn_fwd_default = torch.ops.te_compile.attn_fwd.default(l_q_, l_k_, l_v_, None, [bh_input, l_bm_kv_num_blocks, l_bm_kv_indices, l_bm_full_kv_num_blocks, l_bm_full_kv_indices], '{"block":"16,16,1","impl":"reference","mask":"none","mask_mod":"(ge q_idx kv_idx)","n_inputs":1,"scale":0.35355339059327373,"score":"(add score (mul (in 0) (sub kv_idx q_idx)))","source":"flex"}');  l_q_ = l_k_ = l_v_ = bh_input = l_bm_kv_num_blocks = l_bm_kv_indices = l_bm_full_kv_num_blocks = l_bm_full_kv_indices = None
+    bh_input = te_compile_inserted_bh_input(l_q_, '(index (buf 0) h)', g_slopes_);  g_slopes_ = None
+    attn_fwd_default = torch.ops.te_compile.attn_fwd.default(l_q_, l_k_, l_v_, None, [bh_input, l_bm_kv_num_blocks, l_bm_kv_indices, l_bm_full_kv_num_blocks, l_bm_full_kv_indices], '{"block_full":true,"block_kv":16,"block_q":16,"impl":"reference","mask":"none","mask_mod":"(ge q_idx kv_idx)","n_inputs":1,"scale":0.35355339059327373,"score":"(add score (mul (in 0) (sub kv_idx q_idx)))","source":"flex"}');  l_q_ = l_k_ = l_v_ = bh_input = l_bm_kv_num_blocks = l_bm_kv_indices = l_bm_full_kv_num_blocks = l_bm_full_kv_indices = None
     mul_1 = getitem_4 * 1.4426950408889634;  getitem_4 = None
     lse_scaled = mul_1 * 0.6931471805599453;  mul_1 = None""")
 
@@ -253,9 +253,9 @@ def test_document_mask_becomes_a_minus_inf_bias(mask_mod, score, serve_sparse_do
         return flex_attention(q, k, v, score_mod=mods[score], block_mask=bm, return_lse=True)
     report = te_compile.explain(fn, *_inputs(), target="reference")
     (d,) = report.decisions
-    assert d.target == "reference", str(report)
+    assert d.runs_on == "reference", str(report)
     assert "materialize_mask" in report.code()
-    assert d.dbias == ("yes (table needs grad)" if score == "rel_table" else "no (mask as -inf bias)")
+    assert d.dbias_note == ("yes (table needs grad)" if score == "rel_table" else "no (mask as -inf bias)")
     compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
     got = _run(compiled, _inputs())
     table_grad = table.grad.clone() if score == "rel_table" else None

@@ -30,7 +30,7 @@ def _concrete(shape) -> Optional[tuple[int, ...]]:
 
 
 def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
-          spec: AttentionSpec, needs_grad: bool, needs_dbias: bool) -> Optional[str]:
+          spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> Optional[str]:
     """Reason cuDNN cannot serve this call, or None. Tensors may be fake."""
     if spec.score or spec.mask_mod:
         from .emit import unsupported_reason
@@ -68,7 +68,7 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
         b4 = (B if b[0] != 1 else 1, H if b[1] != 1 else 1, L, S)
         bias_meta = (b4, contiguous_strides(b4))
     return _validate(spec, tuple((s, _strides(s, t)) for s, t in zip(shapes, (q, k, v))), bias_meta,
-                     str(q.dtype), needs_grad, needs_dbias)
+                     str(q.dtype), needs_grad, need_dbias)
 
 
 def _strides(shape: tuple[int, ...], t: torch.Tensor) -> tuple[int, ...]:
@@ -80,7 +80,7 @@ def _strides(shape: tuple[int, ...], t: torch.Tensor) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=512)
 def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype: str,
-              needs_grad: bool, needs_dbias: bool) -> Optional[str]:
+              needs_grad: bool, need_dbias: bool) -> Optional[str]:
     try:
         from . import graphs
     except Exception as e:  # noqa: BLE001 - a broken install must not crash compilation
@@ -97,7 +97,7 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
         g.validate()
         if needs_grad:
             g = graphs._new_graph(None, io)
-            graphs.define_backward(g, io, spec, q, k, v, o_meta, o_meta, bias_meta, needs_dbias,
+            graphs.define_backward(g, io, spec, q, k, v, o_meta, o_meta, bias_meta, need_dbias,
                                    (q[1], k[1], v[1]), inputs)
             g.validate()
     except Exception as e:  # noqa: BLE001 - any validator complaint is a reason to keep the node

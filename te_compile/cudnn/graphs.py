@@ -511,13 +511,13 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     sig = _sig("bwd", spec, bool(need_dbias), raw)
     plan = _plans.get(sig)
     if plan is not None and _aligned(raw):
-        built, grad_strides, with_dbias, consts = plan
+        built, grad_strides, need_dbias, consts = plan
         h = _handle(q.device)
         dq, dk, dv = (torch.empty_strided(t.shape, st, dtype=t.dtype, device=t.device)
                       for t, st in zip((q, k, v), grad_strides))
         buffers = [q, k, v, out, dout, lse, dq, dk, dv] + ([] if bias is None else [bias])
-        dbias = _padded_empty(tuple(bias.shape), q.dtype, q.device) if with_dbias else q.new_empty((0,))
-        if with_dbias:
+        dbias = _padded_empty(tuple(bias.shape), q.dtype, q.device) if need_dbias else q.new_empty((0,))
+        if need_dbias:
             buffers.append(dbias)
         buffers += list(extra) + consts
         ws = _workspace(built.workspace, q.device)

@@ -1,16 +1,27 @@
-"""flex_attention sites: decide (serve or keep + reason) and rewrite to the te_compile op.
+"""flex_attention sites: decide (serve or keep + reason) as named steps, and rewrite to the te_compile op.
 
 A served flex call becomes
 
-    in_i = te_compile.ops.bh_input(q, "<(b, h, captured)-only term i>", *captured)   # [B|1,H|1,1,1]
-    out, lse = te_compile.attn_fwd(q, k, v, None, [in_0, ..., <BlockMask tensors>], spec)
+    in_i = te_compile.inserted.bh_input(q, "<(b, h, captured)-only term i>", *captured)   # [B|1,H|1,1,1]
+    out, lse = te_compile.attn_fwd(q, k, v, bias?, [in_0, ..., <BlockMask tensors>], spec)
     lse_log2 = lse * (1 / ln 2)          # the HOP's lse is in log2 units; ours is natural-log
 
-with ``spec.score`` / ``spec.mask_mod`` the translated ScoreExprs. Kept, with a reason: anything
-the translator cannot express, a captured tensor read at a q/kv-dependent index (a gather), a
-captured tensor that needs a gradient, a used ``max_scores`` output, a BlockMask that
-``create_block_mask(mask_mod)`` did not build (checked at compile time when the BlockMask is a
-graph input, and again at run time per BlockMask).
+with ``spec.score`` / ``spec.mask_mod`` the translated ScoreExprs. ``decide`` runs the steps in
+order; each fills in the draft decision or raises ``Keep`` with a reason:
+
+1. ``translate_mods``: score_mod / mask_mod subgraphs -> simplified ScoreExprs (te_compile.ir)
+2. ``fold_scale``: ``a * score + g`` moves ``a`` into the softmax scale, a negative scale's sign
+   into the score_mod
+3. ``split_terms``: (b, h)-only terms become ``(in i)`` inputs; gathered additive terms a bias,
+   a gathering mask_mod a materialized 0/-inf mask
+4. ``check_bias_term``: captured tensors need a gradient only in the additive bias term (need_dbias)
+5. ``check_call``: outputs used, mask kind, constant scale, device, rank
+6. ``check_block_mask``: the BlockMask is what create_block_mask(mask_mod) builds (or is
+   materialized with the mask)
+7. ``check_dbias``: no cuDNN dBias with a score_mod whose derivative is not 1
+8. ``build_spec``: the AttentionSpec and the cuDNN support check, and the ``FlexPlan``
+
+Adding a flex feature means changing one step (and, for cuDNN, its emission in te_compile.cudnn).
 """
 
 from __future__ import annotations
@@ -25,8 +36,9 @@ import torch
 from torch.fx import GraphModule, Node
 
 from .. import ir
-from ..ops import bh_input, materialize_bias, materialize_mask
+from ..inserted import bh_input, materialize_bias, materialize_mask
 from ..spec import AttentionSpec
+from .decision import Checker, Decision, FlexPlan, Keep, copy_meta, cudnn_supports, impl_for, operands
 from .find import AttentionSite, example_value
 from .grad import site_grads
 from .score_mod import translate
@@ -34,10 +46,7 @@ from .score_mod import translate
 #: block size flex uses for its own "no block_mask" mask (one block covering everything)
 _EMPTY_BLOCK = 1 << 30
 _INV_LN2 = 1.0 / math.log(2.0)
-
-
-def _block_tuple(site: AttentionSite) -> tuple:
-    return tuple(site.node.args[4])
+_SCORE = ir.Expr.leaf("score")
 
 
 def _real(n: Any) -> Optional[torch.Tensor]:
@@ -49,175 +58,241 @@ def _real(n: Any) -> Optional[torch.Tensor]:
     return ex if isinstance(ex, torch.Tensor) and not isinstance(ex, torch._subclasses.FakeTensor) else None
 
 
-def decide_flex(site: AttentionSite, target: str, checker) -> Any:
-    """The Decision for a flex site (see the module docstring for what is served)."""
-    from .rewrite import Decision, _keep as keep
+@dataclasses.dataclass
+class _Mods:
+    """The translated mods and what they read."""
 
-    q, k, v = example_value(site.q), example_value(site.k), example_value(site.v)
-    grads = site_grads(site)
-    if q is None or k is None or v is None:
-        return keep(site, "q/k/v have no example values in the graph", mask="mask_mod ?", grads=grads)
-    dtype = q.dtype
+    score: ir.Expr
+    mask: ir.Expr
+    buffers: list  # captured tensor nodes, score_mod's then mask_mod's
+    learned: set  # indices of captured tensors that need a gradient
+
+
+@dataclasses.dataclass
+class _Terms:
+    """The mods split for cuDNN: pointwise parts, (b, h) inputs, gathered terms."""
+
+    score: ir.Expr  # what cuDNN evaluates (reads (in i))
+    mask: ir.Expr
+    inputs: list  # (b, h)-only terms, the (in i)
+    bias_term: Optional[ir.Expr] = None  # additive gathered score_mod term
+    mask_gather: Optional[ir.Expr] = None  # a gathering mask_mod
+    mask_why: str = ""  # why the mask_mod is not pointwise
+
+
+def translate_mods(site: AttentionSite, q: torch.Tensor, d: Decision) -> _Mods:
+    d.mask = "mask_mod ?"
     sb, mb = site.score_buffers, site.mask_buffers
     score_vals = [example_value(b) for b in sb]
     mask_vals = [example_value(b) for b in mb]
     if any(x is None for x in score_vals + mask_vals):
-        return keep(site, "a score_mod/mask_mod captures a value that is not a tensor", mask="mask_mod ?", grads=grads)
-    score = translate(site.score_mod, "score", dtype, score_vals)
-    mask = translate(site.mask_mod, "mask", dtype, mask_vals, buf_offset=len(sb))
-    mask_desc = f"mask_mod {mask}"
-    kw = {"mask": mask_desc, "grads": grads}
+        raise Keep("a score_mod/mask_mod captures a value that is not a tensor")
+    score = translate(site.score_mod, "score", q.dtype, score_vals)
+    mask = translate(site.mask_mod, "mask", q.dtype, mask_vals, buf_offset=len(sb))
+    d.mask = f"mask_mod {mask}"
     if isinstance(score, str):
-        return keep(site, score, **kw)
+        raise Keep(score)
     if isinstance(mask, str):
-        return keep(site, mask, **kw)
+        raise Keep(mask)
     out = example_value(site.node)
-    grad_on = out is None or bool(getattr(out, "requires_grad", False)) or grads.any
-    bufs = list(sb) + list(mb)
+    grad_on = out is None or bool(getattr(out, "requires_grad", False)) or d.grads.any
     learned = {i for i, val in enumerate(score_vals + mask_vals) if val.requires_grad and grad_on}
     score, mask = ir.simplify(score), ir.simplify(mask)
-    kw["mask"] = mask_desc = f"mask_mod {mask}"
-    kw["score"] = "" if score == ir.Expr.leaf("score") else str(score)
-    scale = site.scale
+    d.mask = f"mask_mod {mask}"
+    d.score = "" if score == _SCORE else str(score)
+    return _Mods(score, mask, list(sb) + list(mb), learned)
+
+
+def fold_scale(scale: Any, score: ir.Expr) -> tuple[Any, ir.Expr]:
+    """(scale, score_mod) with a linear factor of the score moved into the (positive) softmax scale."""
     lin = ir.linear_in_score(score) if isinstance(scale, numbers.Number) else None
     if lin is not None:
         # a * score + g: a goes into the softmax scale, so cuDNN needs no bprop for it (and, when g
         # is 0, no score_mod at all: native masks apply). `score * 0.5`, `1 - 0.1 * score`.
         scale = float(scale) * lin[0]
-        score = ir.simplify(ir.add(ir.Expr.leaf("score"), lin[1]))
+        score = ir.simplify(ir.add(_SCORE, lin[1]))
     if isinstance(scale, numbers.Number) and scale < 0:
         # cuDNN's softmax scale must be positive (a negative one gave inf at ragged lengths on the
         # H200: the padded -inf scores turn +inf): the sign moves into the score_mod, f(-s)
         scale = -float(scale)
-        score = ir.simplify(ir.substitute(score, "score", ir.Expr("neg", (ir.Expr.leaf("score"),))))
-    bias_term = None
-    mask_gather = None
-    # per-batch terms and compared (b, h) terms are not pointwise on cuDNN; the reference target makes the
-    # same decisions, so CPU runs exercise the routes (bias, materialized mask) the GPU takes
-    strict = True
-    mask_why = ""
+        score = ir.simplify(ir.substitute(score, "score", ir.Expr("neg", (_SCORE,))))
+    return scale, score
+
+
+def _gathering_mask(mods: _Mods, q, k) -> tuple[ir.Expr, Optional[ir.Expr], str]:
+    """(mask for cuDNN, the gathering mask_mod or None, why it gathers)."""
     try:
-        ir.extract_bh_terms(mask, strict=strict)
+        ir.extract_bh_terms(mods.mask, strict=True)
     except ir.NotPointwise as e:
-        mask_why = str(e)
         # a mask_mod that gathers at q/kv-dependent indices (document ids): it becomes a 0/-inf
         # bias computed by torch in the graph, with the BlockMask's semantics (materialize_mask)
-        if ir.buffers_used(mask) & learned:
-            return keep(site, "the mask_mod gathers from a captured tensor that requires grad", **kw)
-        mask_gather, mask = mask, ir.Expr.const(True)
-        why = _bias_too_big(q, k, mask_gather, "mask_mod (it gathers from captured tensors)")
+        if ir.buffers_used(mods.mask) & mods.learned:
+            raise Keep("the mask_mod gathers from a captured tensor that requires grad") from None
+        why = _bias_too_big(q, k, mods.mask, "mask_mod (it gathers from captured tensors)")
         if why:
-            return keep(site, why, **kw)
-    try:
-        if learned & ir.buffers_used(score):
-            raise ir.NotPointwise("reads a captured tensor that requires grad")
-        (score_x, mask_x), terms = ir.extract_bh_terms(score, mask, strict=strict)
-    except ir.NotPointwise as e:
-        # score_mod = f(score, ...) + g(b, h, q_idx, kv_idx, captured): f runs in cuDNN, g becomes
-        # a bias computed by torch in the graph (autograd then carries dBias to the tables)
-        # Only the terms that must be gathered go into the bias: the bias is in q's dtype (bf16), eager
-        # computes the score_mod in fp32, and a large index term (slope * (kv - q) up to 300) rounded
-        # to bf16 changes the softmax (fuzzer, H200); pointwise terms stay in fp32 inside cuDNN.
-        def pointwise(t: ir.Expr) -> bool:
-            if ir.buffers_used(t) & learned:
-                return False
-            try:
-                ir.extract_bh_terms(t, strict=strict)
-            except ir.NotPointwise:
-                return False
-            return True
+            raise Keep(why) from None
+        return ir.Expr.const(True), mods.mask, str(e)
+    return mods.mask, None, ""
 
-        f, g = ir.split_additive(score, pointwise)
-        if f is None or g is None or ir.buffers_used(f) & learned:
-            return keep(site, f"score_mod/mask_mod {e}, and the score_mod is not score-independent-additive "
-                              "(f(score) + g(indices, tables)), so it cannot become a bias", **kw)
+
+def split_terms(mods: _Mods, score: ir.Expr, q, k) -> _Terms:
+    """Split the mods into what cuDNN evaluates pointwise, (b, h) inputs and gathered terms.
+
+    Per-batch terms and compared (b, h) terms are not pointwise on cuDNN (strict); the reference
+    target makes the same decisions, so CPU runs exercise the routes (bias, materialized mask) the GPU
+    takes."""
+    mask, mask_gather, mask_why = _gathering_mask(mods, q, k)
+    try:
+        if mods.learned & ir.buffers_used(score):
+            raise ir.NotPointwise("reads a captured tensor that requires grad")
+        (score_x, mask_x), inputs = ir.extract_bh_terms(score, mask, strict=True)
+        return _Terms(score_x, mask_x, inputs, None, mask_gather, mask_why)
+    except ir.NotPointwise as e:
+        why = str(e)
+    # score_mod = f(score, ...) + g(b, h, q_idx, kv_idx, captured): f runs in cuDNN, g becomes a bias
+    # computed by torch in the graph (autograd then carries dBias to the tables). Only the terms that
+    # must be gathered go into the bias: the bias is in q's dtype (bf16), eager computes the score_mod
+    # in fp32, and a large index term (slope * (kv - q) up to 300) rounded to bf16 changes the softmax
+    # (fuzzer, H200); pointwise terms stay in fp32 inside cuDNN.
+    def pointwise(t: ir.Expr) -> bool:
+        if ir.buffers_used(t) & mods.learned:
+            return False
         try:
-            (score_x, mask_x), terms = ir.extract_bh_terms(f, mask, strict=strict)
-        except ir.NotPointwise as e2:
-            return keep(site, f"score_mod/mask_mod {e2}", **kw)
-        bias_term = g
-    for i in sorted(learned):
-        if bias_term is None or i not in ir.buffers_used(bias_term) or i in ir.buffers_used(mask) or \
-                (mask_gather is not None and i in ir.buffers_used(mask_gather)):
-            name = bufs[i].name if isinstance(bufs[i], Node) else "?"
-            return keep(site, f"captured tensor {name} requires grad: te_compile computes gradients for captured "
-                              "tensors only in an additive score_mod term", **kw)
-    needs_dbias = bias_term is not None and bool(learned & ir.buffers_used(bias_term))
-    if bias_term is not None:
-        why = _bias_too_big(q, k, bias_term)
+            ir.extract_bh_terms(t, strict=True)
+        except ir.NotPointwise:
+            return False
+        return True
+
+    f, g = ir.split_additive(score, pointwise)
+    if f is None or g is None or ir.buffers_used(f) & mods.learned:
+        raise Keep(f"score_mod/mask_mod {why}, and the score_mod is not score-independent-additive "
+                   "(f(score) + g(indices, tables)), so it cannot become a bias")
+    try:
+        (score_x, mask_x), inputs = ir.extract_bh_terms(f, mask, strict=True)
+    except ir.NotPointwise as e2:
+        raise Keep(f"score_mod/mask_mod {e2}") from None
+    return _Terms(score_x, mask_x, inputs, g, mask_gather, mask_why)
+
+
+def check_bias_term(mods: _Mods, t: _Terms, d: Decision, q, k) -> bool:
+    """Captured tensors may need a gradient only in the additive (bias) term, whose size is bounded;
+    returns need_dbias (and records it in the decision's grads)."""
+    for i in sorted(mods.learned):
+        if t.bias_term is None or i not in ir.buffers_used(t.bias_term) or i in ir.buffers_used(t.mask) or \
+                (t.mask_gather is not None and i in ir.buffers_used(t.mask_gather)):
+            b = mods.buffers[i]
+            name = b.name if isinstance(b, Node) else "?"
+            raise Keep(f"captured tensor {name} requires grad: te_compile computes gradients for captured "
+                       "tensors only in an additive score_mod term")
+    need_dbias = t.bias_term is not None and bool(mods.learned & ir.buffers_used(t.bias_term))
+    if t.bias_term is not None:
+        why = _bias_too_big(q, k, t.bias_term)
         if why:
-            return keep(site, why, **kw)
-        kw["grads"] = grads = dataclasses.replace(grads, bias=needs_dbias)
-    if ir.kind_of(mask_x) != "bool":
-        return keep(site, f"mask_mod returns a {ir.kind_of(mask_x)}, not a bool", **kw)
+            raise Keep(why)
+    if t.bias_term is not None or t.mask_gather is not None:
+        d.grads = dataclasses.replace(d.grads, bias=need_dbias)
+    return need_dbias
+
+
+def check_call(site: AttentionSite, t: _Terms, scale: Any, q, k, v) -> None:
+    if ir.kind_of(t.mask) != "bool":
+        raise Keep(f"mask_mod returns a {ir.kind_of(t.mask)}, not a bool")
     for user in site.node.users:
         if user.target is not operator.getitem or user.args[1] not in (0, 1):
-            return keep(site, "the max_scores output (or the raw HOP result) is used; te_compile returns out and lse",
-                        **kw)
+            raise Keep("the max_scores output (or the raw HOP result) is used; te_compile returns out and lse")
     if not isinstance(scale, numbers.Number):
-        return keep(site, "scale is not a constant", **kw)
-    if target == "auto" and q.device.type != "cuda":
-        return keep(site, f"inputs on {q.device.type}: target 'auto' rewrites CUDA sites only "
-                          f"(target='reference' rewrites to the reference kernel)", **kw)
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        return keep(site, "flex inputs must be 4-D", **kw)
-    bm = _block_tuple(site)
+        raise Keep("scale is not a constant")
+
+
+@dataclasses.dataclass
+class _Blocks:
+    """What the op and the inserted nodes take from the BlockMask."""
+
+    q: int = 0  # spec.block_q / block_kv / block_full: the op checks the BlockMask (0: nothing to check)
+    kv: int = 0
+    full: bool = False
+    nodes: list = dataclasses.field(default_factory=list)  # handed to the op
+    mask_block: Optional[tuple] = None  # handed to materialize_mask
+
+
+def check_block_mask(site: AttentionSite, t: _Terms, q, k) -> _Blocks:
+    bm = tuple(site.node.args[4])
     qb, kb = bm[-3], bm[-2]
     if not (isinstance(qb, int) and isinstance(kb, int)):
-        return keep(site, "BlockMask block sizes are not constants", **kw)
-    block, block_nodes, mask_block = "", [], None
-    if mask_gather is not None:
+        raise Keep("BlockMask block sizes are not constants")
+    empty = qb == _EMPTY_BLOCK and kb == _EMPTY_BLOCK
+    kvn, kvi, fkn, fki = bm[2], bm[3], bm[4], bm[5]
+    if t.mask_gather is not None:
         # the BlockMask goes into the materialized mask (its semantics exactly): nothing to check
-        kvn, kvi, fkn, fki = bm[2], bm[3], bm[4], bm[5]
-        empty = qb == _EMPTY_BLOCK and kb == _EMPTY_BLOCK
         mask_block = (qb, kb) + ((None,) * 4 if empty else (kvn, kvi, fkn, fki))
         density = None if empty else _block_density([kvn, kvi, fkn, fki], q, k, qb, kb)
         if density is None or density < MIN_GATHER_MASK_DENSITY:
             seen = "unknown at compile time" if density is None else f"{100 * density:.0f}% of the blocks"
-            return keep(site, f"the mask_mod is not pointwise on cuDNN (document-style mask: it {mask_why}): "
-                              f"te_compile would "
-                              f"run it as a dense -inf bias and compute every block, Inductor's flex skips the "
-                              f"masked blocks (attended: {seen}; te_compile serves it from "
-                              f"{100 * MIN_GATHER_MASK_DENSITY:.0f}%, te_compile.passes.flex.MIN_GATHER_MASK_DENSITY)",
-                        **kw)
-    elif not (qb == _EMPTY_BLOCK and kb == _EMPTY_BLOCK):
-        kvn, kvi, fkn, fki = bm[2], bm[3], bm[4], bm[5]
-        if kvn is None or kvi is None:
-            return keep(site, "the BlockMask has no kv block lists", **kw)
-        has_full = fkn is not None and fki is not None
-        block_nodes = [kvn, kvi] + ([fkn, fki] if has_full else [])
-        block = f"{qb},{kb},{int(has_full)}"
-        why = _compile_time_block_check(site, mask_x, terms, q, k, qb, kb, block_nodes, has_full)
-        if why:
-            return keep(site, f"the BlockMask was not built by create_block_mask from its mask_mod ({why}); "
-                              "compiled flex honours its block structure", **kw)
-    impl = "cudnn" if target == "auto" else "reference"
-    if impl == "cudnn" and needs_dbias and score_x != ir.Expr.leaf("score") and not ir.derivative(score_x).is_const(1.0):
+            raise Keep(f"the mask_mod is not pointwise on cuDNN (document-style mask: it {t.mask_why}): "
+                       f"te_compile would run it as a dense -inf bias and compute every block, Inductor's flex "
+                       f"skips the masked blocks (attended: {seen}; te_compile serves it from "
+                       f"{100 * MIN_GATHER_MASK_DENSITY:.0f}%, te_compile.passes.flex.MIN_GATHER_MASK_DENSITY)")
+        return _Blocks(mask_block=mask_block)
+    if empty:
+        return _Blocks()
+    if kvn is None or kvi is None:
+        raise Keep("the BlockMask has no kv block lists")
+    has_full = fkn is not None and fki is not None
+    blocks = _Blocks(qb, kb, has_full, [kvn, kvi] + ([fkn, fki] if has_full else []))
+    why = _compile_time_block_check(t.mask, t.inputs, q, k, blocks)
+    if why:
+        raise Keep(f"the BlockMask was not built by create_block_mask from its mask_mod ({why}); "
+                   "compiled flex honours its block structure")
+    return blocks
+
+
+def check_dbias(impl: str, t: _Terms, need_dbias: bool) -> None:
+    if impl == "cudnn" and need_dbias and t.score != _SCORE and not ir.derivative(t.score).is_const(1.0):
         # cuDNN's dBias with a score_mod whose derivative is not 1 is not flex's gradient of the
         # additive table (differential fuzzer, H200: softcap / rsqrt score_mods with a learned
         # rel-pos table gave dTable 0.9-1.0 off), or no backward engine is found at all
-        return keep(site, "a learned additive table (dBias) together with a score_mod whose derivative is not 1: "
-                          "cuDNN's dBias is not flex's table gradient there", **kw)
-    spec = AttentionSpec(scale=float(scale), mask="none", impl=impl, source="flex",
-                         score="" if score_x == ir.Expr.leaf("score") else str(score_x),
-                         mask_mod="" if mask_x.is_const(True) else str(mask_x),
-                         n_inputs=len(terms), block=block, empty_rows=mask_gather is not None)
-    if impl == "cudnn" and checker is not None:
-        bias_like = None
-        if bias_term is not None or mask_gather is not None:
-            per_batch = mask_gather is not None and "b" in mask_gather.leaves()
-            bias_like = torch.empty((q.shape[0] if per_batch else 1, q.shape[1], q.shape[2], k.shape[2]),
-                                    dtype=q.dtype, device="meta")
-        why = checker(q, k, v, bias_like, spec, grads.any, needs_dbias)
-        if why:
-            return keep(site, why, **kw)
-    d = Decision(site=site, rewrite=True, reason="", target=impl, spec=spec, **kw)
-    d.plan = {"terms": [str(t) for t in terms], "buffers": bufs, "block_nodes": block_nodes,
-              "bias_term": None if bias_term is None else str(bias_term),
-              "mask_term": None if mask_gather is None else str(mask_gather), "mask_block": mask_block}
-    if mask_gather is not None and not needs_dbias:
-        d.grads = dataclasses.replace(d.grads, bias=False)
-    return d
+        raise Keep("a learned additive table (dBias) together with a score_mod whose derivative is not 1: "
+                   "cuDNN's dBias is not flex's table gradient there")
+
+
+def build_spec(impl: str, scale: float, t: _Terms, blocks: _Blocks) -> AttentionSpec:
+    return AttentionSpec(scale=float(scale), mask="none", impl=impl, source="flex",
+                         score="" if t.score == _SCORE else str(t.score),
+                         mask_mod="" if t.mask.is_const(True) else str(t.mask),
+                         n_inputs=len(t.inputs), block_q=blocks.q, block_kv=blocks.kv, block_full=blocks.full,
+                         empty_rows=t.mask_gather is not None)
+
+
+def _bias_like(t: _Terms, q, k) -> Optional[torch.Tensor]:
+    """A meta tensor shaped like the bias the op will get (for the cuDNN support check)."""
+    if t.bias_term is None and t.mask_gather is None:
+        return None
+    per_batch = t.mask_gather is not None and "b" in t.mask_gather.leaves()
+    return torch.empty((q.shape[0] if per_batch else 1, q.shape[1], q.shape[2], k.shape[2]),
+                       dtype=q.dtype, device="meta")
+
+
+def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Decision) -> Decision:
+    """Fill ``d`` for a flex site by running the steps (module docstring); raises Keep."""
+    d.mask = "mask_mod ?"
+    d.grads = site_grads(site)
+    q, k, v = operands(site)
+    mods = translate_mods(site, q, d)
+    scale, score = fold_scale(site.scale, mods.score)
+    t = split_terms(mods, score, q, k)
+    need_dbias = check_bias_term(mods, t, d, q, k)
+    check_call(site, t, scale, q, k, v)
+    impl = impl_for(target, q)
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise Keep("flex inputs must be 4-D")
+    blocks = check_block_mask(site, t, q, k)
+    check_dbias(impl, t, need_dbias)
+    spec = build_spec(impl, scale, t, blocks)
+    cudnn_supports(checker, q, k, v, _bias_like(t, q, k), spec, d.grads.any, need_dbias)
+    d.plan = FlexPlan(terms=[str(x) for x in t.inputs], buffers=mods.buffers, block_nodes=blocks.nodes,
+                      bias_term=None if t.bias_term is None else str(t.bias_term),
+                      mask_term=None if t.mask_gather is None else str(t.mask_gather), mask_block=blocks.mask_block)
+    return d.serve(spec)
 
 
 #: largest bias te_compile materializes for an additive score_mod term (bytes); larger keeps the node
@@ -256,53 +331,60 @@ def _bias_too_big(q, k, g: ir.Expr, what: str = "additive score_mod term") -> Op
     return None
 
 
-def _compile_time_block_check(site, mask_x, terms, q, k, qb, kb, block_nodes, has_full) -> Optional[str]:
+def _compile_time_block_check(mask: ir.Expr, inputs: list, q, k, blocks: "_Blocks") -> Optional[str]:
     """When the BlockMask is a graph input, check it now with the real tensors Dynamo holds."""
-    reals = [_real(n) for n in block_nodes]
-    if terms or any(r is None for r in reals):
+    reals = [_real(n) for n in blocks.nodes]
+    if inputs or any(r is None for r in reals):
         return None  # checked at run time instead (the op checks each new BlockMask once)
     from ..blockmask import mismatch
 
     B, H, L, S = (int(x) for x in (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
-    full = (reals[2], reals[3]) if has_full else (None, None)
+    full = (reals[2], reals[3]) if blocks.full else (None, None)
     try:
-        return mismatch(mask_x, [], B, H, L, S, qb, kb, reals[0], reals[1], *full, device=reals[0].device)
+        return mismatch(mask, [], B, H, L, S, blocks.q, blocks.kv, reals[0], reals[1], *full,
+                        device=reals[0].device)
     except Exception:  # noqa: BLE001 - shapes we cannot check now are checked at run time
         return None
 
 
-def apply_flex(gm: GraphModule, decision: Any) -> None:
-    site, spec, plan = decision.site, decision.spec, decision.plan
+def apply(gm: GraphModule, d: Decision) -> None:
+    """Replace the flex HOP by the te_compile op and the inserted helpers the plan names."""
+    site, spec, plan = d.site, d.spec, d.plan
+    assert spec is not None and plan is not None
     graph, n = gm.graph, site.node
-    meta = {key: n.meta[key] for key in ("stack_trace", "nn_module_stack", "source_fn_stack") if key in n.meta}
+    meta = copy_meta(n)
     with graph.inserting_before(n):
-        inputs = []
-        for term in plan["terms"]:
-            node = graph.call_function(bh_input, (site.q, term, *plan["buffers"]))
-            node.meta.update(meta)
-            inputs.append(node)
+        inputs = [graph.call_function(bh_input, (site.q, term, *plan.buffers)) for term in plan.terms]
+        made = list(inputs)  # the nodes that carry the site's source line
         bias = None
-        if plan.get("bias_term"):
-            bias = graph.call_function(materialize_bias, (site.q, site.k, plan["bias_term"], *plan["buffers"]))
-            bias.meta.update(meta)
-        if plan.get("mask_term"):
-            mask = graph.call_function(materialize_mask, (site.q, site.k, plan["mask_term"], *plan["mask_block"],
-                                                          *plan["buffers"]))
-            mask.meta.update(meta)
+        if plan.bias_term:
+            bias = graph.call_function(materialize_bias, (site.q, site.k, plan.bias_term, *plan.buffers))
+            made.append(bias)
+        if plan.mask_term:
+            mask = graph.call_function(materialize_mask, (site.q, site.k, plan.mask_term, *plan.mask_block,
+                                                          *plan.buffers))
+            made.append(mask)
             bias = mask if bias is None else graph.call_function(operator.add, (bias, mask))
         call = graph.call_function(torch.ops.te_compile.attn_fwd.default,
-                                   (site.q, site.k, site.v, bias, inputs + plan["block_nodes"], spec.key()))
-        call.meta.update(meta)
+                                   (site.q, site.k, site.v, bias, inputs + plan.block_nodes, spec.key()))
+        for node in (*made, call):
+            node.meta.update(meta)
         out = graph.call_function(operator.getitem, (call, 0))
         lse = graph.call_function(operator.getitem, (call, 1))
         lse2 = graph.call_function(operator.mul, (lse, _INV_LN2))
-    decision.replaced = {}
+    _replace_outputs(graph, d, n, out, lse, lse2)
+    d.replacement = call.name
+
+
+def _replace_outputs(graph: Any, d: Decision, n: Node, out: Node, lse: Node, lse2: Node) -> None:
+    """Point the HOP's getitem users at the op's outputs; erase the HOP and what only it used."""
+    d.replaced = {}
     for user in list(n.users):
         new = out if user.args[1] == 0 else lse2
         new.meta = dict(user.meta)
         user.replace_all_uses_with(new)
         graph.erase_node(user)
-        decision.replaced[user] = new
+        d.replaced[user] = new
     attrs = [a for a in (n.args[3], n.args[4][-1]) if isinstance(a, Node)]
     graph.erase_node(n)
     if not lse2.users:
@@ -311,4 +393,3 @@ def apply_flex(gm: GraphModule, decision: Any) -> None:
     for a in attrs:  # the score_mod / mask_mod subgraphs, now unused (no general DCE: see docs)
         if a.op == "get_attr" and not a.users:
             graph.erase_node(a)
-    decision.replacement = call.name

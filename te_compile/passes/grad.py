@@ -50,6 +50,6 @@ def site_grads(site: AttentionSite) -> SiteGrads:
     else:
         enabled = bool(out.requires_grad)
     mask = example_value(site.attn_mask)
-    bias_grad = bool(enabled and mask is not None and mask.dtype != torch.bool and _rg(site.attn_mask))
+    bias = bool(enabled and mask is not None and mask.dtype != torch.bool and _rg(site.attn_mask))
     return SiteGrads(q=enabled and _rg(site.q), k=enabled and _rg(site.k), v=enabled and _rg(site.v),
-                     bias=bias_grad)
+                     bias=bias)

@@ -431,7 +431,7 @@ def run(c: Case, device: str, dtype: torch.dtype, compiled_with: Optional[Any] =
         ac = torch.autocast(device_type=device, dtype=torch.bfloat16)
     else:
         ac = _null()
-    from te_compile.backend import record_reports
+    from te_compile.report import record_reports
 
     with record_reports() as reports, ctx, ac:
         out, lse = fn(*leaves)

@@ -1,0 +1,124 @@
+"""The site report: every attention site te_compile saw, what it did and why.
+
+``GraphReport`` is what the backend records per Dynamo graph; ``Report`` collects them (``print``
+gives a compact table, ``to_dict()`` JSON-ready rows, ``code()`` the rewritten graphs' code);
+``record_reports()`` collects the reports of every graph compiled inside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from .passes.decision import Decision
+from .passes.find import example_value
+
+
+@dataclasses.dataclass
+class GraphReport:
+    """The decisions taken for one Dynamo graph and its code after the rewrite."""
+
+    index: int
+    decisions: list[Decision]
+    code: str
+    options: Any  # te_compile.backend.Options
+
+
+_recorders = threading.local()
+
+
+class record_reports:
+    """Context manager collecting the GraphReport of every graph compiled inside it."""
+
+    def __init__(self) -> None:
+        self.reports: list[GraphReport] = []
+
+    def __enter__(self) -> list[GraphReport]:
+        stack = getattr(_recorders, "stack", None)
+        if stack is None:
+            stack = _recorders.stack = []
+        stack.append(self.reports)
+        return self.reports
+
+    def __exit__(self, *exc: Any) -> None:
+        _recorders.stack.pop()
+
+
+def record(report: GraphReport) -> None:
+    for sink in getattr(_recorders, "stack", []) or []:
+        sink.append(report)
+
+
+def _shape(n: Any) -> str:
+    ev = example_value(n)
+    return "?" if ev is None else "[" + ",".join(str(s) for s in ev.shape) + "]"
+
+
+def _dtype(n: Any) -> str:
+    ev = example_value(n)
+    return "?" if ev is None else str(ev.dtype).replace("torch.", "")
+
+
+def site_row(d: Decision) -> dict[str, Any]:
+    s = d.site
+    return {
+        "site": s.name,
+        "source": s.source_line(),
+        "kind": s.kind,
+        "q": _shape(s.q),
+        "k": _shape(s.k),
+        "v": _shape(s.v),
+        "dtype": _dtype(s.q),
+        "mask": d.mask,
+        "score_mod": d.score or "-",
+        "grads": d.grads.describe() if d.grads else "?",
+        "dbias": d.dbias_note,
+        "runs_on": d.runs_on,
+        "spec": d.spec.key() if d.spec else None,
+        "reason": d.reason,
+    }
+
+
+@dataclasses.dataclass
+class Report:
+    graphs: list[GraphReport]
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return [d for g in self.graphs for d in g.decisions]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [site_row(d) for d in self.decisions]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "graphs": len(self.graphs),
+            "sites": self.rows(),
+            "summary": self.summary(),
+            "code": [g.code for g in self.graphs],
+        }
+
+    def summary(self) -> dict[str, int]:
+        out = {"sites": 0, "cudnn": 0, "reference": 0, "kept": 0}
+        for d in self.decisions:
+            out["sites"] += 1
+            out[d.runs_on] = out.get(d.runs_on, 0) + 1
+        return out
+
+    def code(self) -> str:
+        return "\n".join(f"# graph {i}\n{g.code.strip()}\n" for i, g in enumerate(self.graphs))
+
+    def table(self) -> str:
+        cols = ["#", "site", "source", "kind", "q", "dtype", "mask", "score_mod", "grads", "dbias", "runs_on", "reason"]
+        rows = [[str(i + 1)] + [str(r[c]) for c in cols[1:]] for i, r in enumerate(self.rows())]
+        widths = [max(len(c), *(len(r[j]) for r in rows)) if rows else len(c) for j, c in enumerate(cols)]
+        widths[-1] = len(cols[-1])  # the reason column is free text, not padded
+        line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
+        s = self.summary()
+        head = (f"te_compile: {s['sites']} attention site(s) in {len(self.graphs)} graph(s): "
+                f"{s['cudnn']} on cuDNN, {s['reference']} on the reference kernel, {s['kept']} kept")
+        return "\n".join([head, line(cols)] + [line(r) for r in rows])
+
+    def __str__(self) -> str:
+        return self.table()

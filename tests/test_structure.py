@@ -1,0 +1,105 @@
+"""The package's layout rules (issue "One decision pipeline"): no import cycle between te_compile
+modules (imports inside functions included), the passes never import the ops or cuDNN, and no
+function in the passes or the op modules is longer than about 80 lines."""
+
+import ast
+import pathlib
+
+PKG = pathlib.Path(__file__).resolve().parent.parent / "te_compile"
+MAX_LINES = 80
+
+
+def _module(path: pathlib.Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """te_compile modules imported anywhere in ``path`` (module level or inside functions)."""
+    mod = _module(path)
+    pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("te_compile"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if not name.startswith("te_compile"):
+                continue
+            for a in node.names:  # `from . import ir` names a module, `from .spec import X` a symbol
+                sub = f"{name}.{a.name}"
+                out.add(sub if (PKG.parent / (sub.replace(".", "/") + ".py")).exists() else name)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = {_module(p): p for p in PKG.rglob("*.py") if "testing" not in p.parts}
+    graph = {m: {i for i in _imports(p) if i in mods and i != m} for m, p in mods.items()}
+    # the package __init__ re-exports the public API: importing it is not a dependency of a submodule
+    return {m: {i for i in deps if i != "te_compile"} for m, deps in graph.items()}
+
+
+def _cycle(graph: dict[str, set[str]]):
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state:
+                found = visit(n)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state:
+            found = visit(m)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle():
+    graph = _graph()
+    assert "te_compile.passes.rewrite" in graph and graph["te_compile.passes.rewrite"]
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_cycle_detector_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_passes_never_import_ops_or_cudnn():
+    for p in (PKG / "passes").glob("*.py"):
+        bad = {i for i in _imports(p) if i in ("te_compile.ops", "te_compile.kernels") or i.startswith("te_compile.cudnn")}
+        assert not bad, f"{p.name} imports {bad}"
+
+
+def _long_functions(path: pathlib.Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n = node.end_lineno - node.lineno + 1
+            if n > MAX_LINES:
+                yield f"{path.name}:{node.lineno} {node.name} ({n} lines)"
+
+
+def test_no_long_functions_in_passes_and_ops():
+    files = [*(PKG / "passes").glob("*.py"), PKG / "ops.py", PKG / "kernels.py"]
+    long = [f for p in files for f in _long_functions(p)]
+    assert not long, long
