@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from typing import Any, Callable, Optional
 
 import torch
@@ -25,23 +26,40 @@ log = logging.getLogger("te_compile")
 INNER_COMPILERS = ("inductor", "aot_eager", "eager")
 
 
+_DICT_TAG_SKIP = "skip_tensor_guards_with_matching_dict_tags"
+_restore_dict_tag_skip = threading.local()
+
+
 def _guard_requires_grad_flips() -> None:
-    """Recompile when a parameter's requires_grad flips after compiling.
+    """Recompile when a parameter's requires_grad flips after compiling, for frames te_compile compiles.
 
     The backward graph bakes need_dbias in as a literal (from ``ctx.needs_input_grad`` at trace
-    time). On torch 2.11 Dynamo skips tensor guards on nn.Module parameters whose dict tags match,
-    so ``bias.requires_grad_(True)`` after compiling does not recompile: the stale graph would
-    return no gradient for a now-learned bias (or compute dBias for a now-frozen one). Turning
-    the skip off restores the requires_grad guard (verified on 2.11 in the planning notes; 2.13
-    guards it either way). Set when te_compile is imported, i.e. before Dynamo traces anything
-    for a te_compile backend.
+    time). On torch 2.11 Dynamo skips tensor guards on nn.Module parameters whose dict tags match
+    (``torch._dynamo.config.skip_tensor_guards_with_matching_dict_tags``), so
+    ``bias.requires_grad_(True)`` after compiling does not recompile: the stale graph would return no
+    gradient for a now-learned bias (or compute dBias for a now-frozen one). Dynamo reads the setting
+    while it builds a frame's guards, after the backend ran; so the backend turns the skip off for the
+    frame it is compiling and an end-of-compile callback restores the user's value: other frames and
+    other backends keep Dynamo's default (tests/test_dbias.py).
     """
     cfg = torch._dynamo.config
-    if getattr(cfg, "skip_tensor_guards_with_matching_dict_tags", False):
-        cfg.skip_tensor_guards_with_matching_dict_tags = False
+    if not getattr(cfg, _DICT_TAG_SKIP, False):
+        return
+    setattr(cfg, _DICT_TAG_SKIP, False)
+    handler = getattr(torch._dynamo, "callback_handler", None)
+    if handler is None:  # pragma: no cover - no compile callbacks: the skip stays off (correct, slower guards)
+        return
+    _restore_dict_tag_skip.value = True
+    # registered here, not at import: torch._dynamo.reset() clears the callbacks
+    if _restore_guard_setting not in handler.end_callbacks:
+        handler.register_end_callback(_restore_guard_setting)
 
 
-_guard_requires_grad_flips()
+def _restore_guard_setting(*_: Any) -> None:
+    """Dynamo's end-of-compile callback (runs once the frame's guards are built)."""
+    if getattr(_restore_dict_tag_skip, "value", False):
+        _restore_dict_tag_skip.value = False
+        setattr(torch._dynamo.config, _DICT_TAG_SKIP, True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +81,8 @@ def _checker(target: str) -> Optional[Callable[..., Optional[str]]]:
     try:
         from .cudnn.check import check
     except Exception as e:  # noqa: BLE001 - no usable cuDNN frontend: keep every site, say why
-        msg = f"cuDNN frontend unavailable ({type(e).__name__}: {e})"
+        from .install import frontend_missing
+        msg = frontend_missing(e)
         return lambda *a, **k: msg
     return check
 
@@ -119,6 +138,7 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     """Rewrite ``gm`` in place, record and log the decisions, then run the inner compiler."""
     global _graph_counter
     _graph_counter += 1
+    _guard_requires_grad_flips()
     original = _copy_graph(gm.graph)
     try:
         decisions = rewrite_graph(gm, options.target, _checker(options.target), options.verify)
@@ -138,12 +158,31 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     record(report)
     for d in decisions:
         if d.rewrite:
-            log.info("te_compile: %s -> %s (%s)", d.name, d.runs_on, d.spec.describe() if d.spec else "")
+            log.info("te_compile: %s -> %s (%s; %s)", d.name, d.runs_on, d.mask, d.spec.describe(with_mask=False))
         else:
             log.info("te_compile: %s kept: %s", d.name, d.reason)
     if decisions and log.isEnabledFor(logging.INFO):
         log.info("te_compile: graph %d\n%s", report.index, Report([report]).table())
+    if decisions:
+        _trace_artifact(report)
     return _inner_compile(options.inner, gm, example_inputs, _inductor_config(options.inner, mode, inductor_options))
+
+
+def _trace_artifact(report: GraphReport) -> None:
+    """The site report as a structured-trace artifact (``TORCH_TRACE=/tmp/trace`` + ``tlparse``): a JSON
+    ``te_compile_sites`` entry next to the graph's other compile artifacts. Costs nothing without a trace."""
+    try:
+        from torch._logging import trace_structured
+    except ImportError:  # pragma: no cover
+        return
+
+    def payload() -> str:
+        import json
+        r = Report([report])
+        return json.dumps({"table": r.table(), "summary": r.summary(), "sites": r.rows()}, indent=1)
+
+    trace_structured("artifact", metadata_fn=lambda: {"name": "te_compile_sites", "encoding": "json"},
+                     payload_fn=payload)
 
 
 def backend(inner: str = "inductor", target: str = "auto", verify: bool = False) -> Callable:

@@ -7,6 +7,10 @@ returns a ``Report``; ``print(report)`` is a compact table, ``report.to_dict()``
 
 from __future__ import annotations
 
+import inspect
+import contextlib
+import types
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -15,14 +19,57 @@ from .backend import backend
 from .report import Report, record_reports
 
 
+def _fresh_code(f: Callable) -> Callable:
+    """``f`` (a plain function) with a code object of its own: Dynamo keeps compiled entries on code
+    objects, so entries made through the copy go away with it."""
+    code = f.__code__.replace(co_name=f.__code__.co_name)  # a distinct code object, same names
+    g = types.FunctionType(code, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    g.__kwdefaults__ = getattr(f, "__kwdefaults__", None)
+    return g
+
+
+@contextlib.contextmanager
+def _own_entries(fn: Callable):
+    """What to compile so explain's compiled entries do not use up the recompile budget of ``fn``'s
+    code (Dynamo's recompile_limit, 8 by default). torch >= 2.13 has ``isolate_recompiles``; before,
+    the frame Dynamo compiles (a function, or a module's forward) runs through a copy of its code."""
+    if _ISOLATE:
+        yield fn, {"isolate_recompiles": True}
+        return
+    if isinstance(fn, torch.nn.Module) and isinstance(getattr(type(fn), "forward", None), types.FunctionType):
+        own = "forward" in vars(fn)
+        fn.forward = types.MethodType(_fresh_code(type(fn).forward), fn)
+        try:
+            yield fn, {}
+        finally:
+            if not own:
+                del fn.forward
+        return
+    if isinstance(fn, types.FunctionType):
+        yield _fresh_code(fn), {}
+        return
+    yield fn, {}
+
+
+#: torch >= 2.13: a torch.compile call whose recompilations count apart from every other call's
+_ISOLATE = "isolate_recompiles" in inspect.signature(torch.compile).parameters
+
+
 def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_eager",
             verify: bool = False, **kwargs: Any) -> Report:
     """Compile ``fn`` (a module or function) with te_compile, call it once on ``args``, and report.
 
     Uses ``aot_eager`` by default (the decisions do not depend on the inner compiler, and it is
-    quicker); pass ``inner="inductor"`` to see exactly what ``torch.compile`` would run.
+    quicker); pass ``inner="inductor"`` to see exactly what ``torch.compile`` would run. Calling it
+    again and again on one model does not use up the model's recompile budget (each call's compiled
+    entries are its own). If Dynamo compiled no graph at all, the report says so.
     """
-    compiled = torch.compile(fn, backend=backend(inner=inner, target=target, verify=verify))
-    with record_reports() as graphs:
-        compiled(*args, **kwargs)
-    return Report(list(graphs))
+    be = backend(inner=inner, target=target, verify=verify)
+    with _own_entries(fn) as (entry, extra), record_reports() as graphs:
+        torch.compile(entry, backend=be, **extra)(*args, **kwargs)
+    report = Report(list(graphs))
+    if not graphs:
+        report.note = ("Dynamo compiled no graph: the call ran eagerly (torch.compiler.disable, a recompile "
+                       "limit hit on this code, or no tensor work); TORCH_LOGS=recompiles,graph_breaks says why")
+        warnings.warn(f"te_compile.explain: {report.note}", RuntimeWarning, stacklevel=2)
+    return report

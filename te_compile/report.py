@@ -11,6 +11,7 @@ import dataclasses
 import threading
 from typing import Any
 
+from .infix import infix
 from .passes.decision import Decision
 from .passes.find import example_value
 
@@ -61,7 +62,10 @@ def _dtype(n: Any) -> str:
 
 
 def site_row(d: Decision) -> dict[str, Any]:
+    """One report row. ``mask`` and ``score_mod`` are readable infix (``tanh(score / 30.0) * 30.0``);
+    ``mask_sexpr`` / ``score_mod_sexpr`` are te_compile's ScoreExpr text (what the spec carries)."""
     s = d.site
+    mask = f"mask_mod {infix(d.mask_expr)}" if d.mask_expr is not None else d.mask
     return {
         "site": s.name,
         "source": s.source_line(),
@@ -70,8 +74,10 @@ def site_row(d: Decision) -> dict[str, Any]:
         "k": _shape(s.k),
         "v": _shape(s.v),
         "dtype": _dtype(s.q),
-        "mask": d.mask,
-        "score_mod": d.score or "-",
+        "mask": mask,
+        "score_mod": infix(d.score_expr) if d.score_expr is not None else (d.score or "-"),
+        "mask_sexpr": d.mask,
+        "score_mod_sexpr": d.score or "-",
         "grads": d.grads.describe() if d.grads else "?",
         "dbias": d.dbias_note,
         "runs_on": d.runs_on,
@@ -83,6 +89,8 @@ def site_row(d: Decision) -> dict[str, Any]:
 @dataclasses.dataclass
 class Report:
     graphs: list[GraphReport]
+    #: why the report is empty, when it is (explain sets it)
+    note: str = ""
 
     @property
     def decisions(self) -> list[Decision]:
@@ -96,6 +104,7 @@ class Report:
             "graphs": len(self.graphs),
             "sites": self.rows(),
             "summary": self.summary(),
+            "note": self.note,
             "code": [g.code for g in self.graphs],
         }
 
@@ -118,7 +127,7 @@ class Report:
         s = self.summary()
         head = (f"te_compile: {s['sites']} attention site(s) in {len(self.graphs)} graph(s): "
                 f"{s['cudnn']} on cuDNN, {s['reference']} on the reference kernel, {s['kept']} kept")
-        return "\n".join([head, line(cols)] + [line(r) for r in rows])
+        return "\n".join([head] + ([f"  ({self.note})"] if self.note else []) + [line(cols)] + [line(r) for r in rows])
 
     def __str__(self) -> str:
         return self.table()

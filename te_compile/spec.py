@@ -91,10 +91,11 @@ class AttentionSpec:
         from .ir import parse
         return parse(self.mask_mod) if self.mask_mod else None
 
-    def describe(self) -> str:
-        """Short human-readable form for reports and warnings."""
+    def describe(self, with_mask: bool = True) -> str:
+        """Short human-readable form for reports and warnings (``mask`` is the op's own mask kind: a
+        bias given to the op is not part of the spec)."""
         scale = "default" if self.scale is None else f"{self.scale:.6g}"
-        parts = [f"mask={self.mask}", f"scale={scale}"]
+        parts = ([f"mask={self.mask}"] if with_mask else []) + [f"scale={scale}"]
         if self.score:
             parts.append(f"score_mod={self.score}")
         if self.mask_mod:

@@ -165,7 +165,7 @@ te_compile: 3 attention site(s) in 1 graph(s): 0 on cuDNN, 3 on the reference ke
         report = te_compile.explain(fn, q, q, q, target="reference")
         self.assertExpectedInline(_no_lines(report), """\
 te_compile: 3 attention site(s) in 1 graph(s): 0 on cuDNN, 2 on the reference kernel, 1 kept
-#  site              source                             kind  q           dtype    mask                        score_mod                                                grads  dbias              runs_on    reason
-1  flex_attention    test_cli_and_options.py:N in fn  flex  [1,2,32,8]  float32  mask_mod (ge q_idx kv_idx)  (mul (tanh (div score 20.0)) 20.0)                       none   -                  reference
-2  flex_attention_1  test_cli_and_options.py:N in fn  flex  [1,2,32,8]  float32  mask_mod true               (add score (index (buf 0) (add (sub q_idx kv_idx) 31)))  none   no (table frozen)  reference
-3  flex_attention_2  test_cli_and_options.py:N in fn  flex  [1,2,32,8]  float32  mask_mod true               (mul score (index (buf 0) (add (sub q_idx kv_idx) 31)))  none   -                  kept       score_mod/mask_mod reads a captured tensor at an index that depends on q_idx / kv_idx (a gather, not pointwise in cuDNN), and the score_mod is not score-independent-additive (f(score) + g(indices, tables)), so it cannot become a bias""")
+#  site              source                             kind  q           dtype    mask                      score_mod                          grads  dbias              runs_on    reason
+1  flex_attention    test_cli_and_options.py:N in fn  flex  [1,2,32,8]  float32  mask_mod q_idx >= kv_idx  tanh(score / 20.0) * 20.0          none   -                  reference
+2  flex_attention_1  test_cli_and_options.py:N in fn  flex  [1,2,32,8]  float32  mask_mod True             score + buf0[q_idx - kv_idx + 31]  none   no (table frozen)  reference
+3  flex_attention_2  test_cli_and_options.py:N in fn  flex  [1,2,32,8]  float32  mask_mod True             score * buf0[q_idx - kv_idx + 31]  none   -                  kept       score_mod/mask_mod reads a captured tensor at an index that depends on q_idx / kv_idx (a gather, not pointwise in cuDNN), and the score_mod is not score-independent-additive (f(score) + g(indices, tables)), so it cannot become a bias""")

@@ -100,14 +100,18 @@ def test_check_accepts_supported_shapes_with_and_without_dbias():
     ("(and (ge q_idx kv_idx) (eq (rem q_idx 2) 0))", None),
 ])
 def test_native_band_recognition(mask, band):
-    from te_compile.cudnn.emit import native_band
-    assert native_band(AttentionSpec(mask_mod=mask, source="flex")) == band
+    from te_compile.cudnn.lowering import lower
+    assert lower(AttentionSpec(mask_mod=mask, source="flex")).band == band
+    assert lower(AttentionSpec(mask_mod=mask, source="flex")).emitted == (band is None)
     # with a score_mod, cuDNN disables native masks: the mask goes inside the score_mod
-    assert native_band(AttentionSpec(mask_mod=mask, score="(mul score 2.0)", source="flex")) is None
+    assert lower(AttentionSpec(mask_mod=mask, score="(mul score 2.0)", source="flex")).band is None
 
 
 def test_emission_support_reasons():
-    from te_compile.cudnn.emit import unsupported_reason
+    from te_compile.cudnn.lowering import lower
+
+    def unsupported_reason(spec):
+        return lower(spec).unsupported
     ok = ["(mul (tanh (div score 30.0)) 30.0)", "(add score (mul (in 0) (sub kv_idx q_idx)))",
           "(where (ge q_idx kv_idx) (sin score) -inf)", "(add score (rem (sub q_idx kv_idx) 4))"]
     for e in ok:
@@ -135,13 +139,13 @@ def test_emission_support_reasons():
     ("(mul (tanh (div score 30.0)) 30.0)", "(ne q_idx kv_idx)", None),
 ])
 def test_mask_first_plan(score, mask, plan):
-    from te_compile.cudnn.emit import BIG, constants, mask_first
-    spec = AttentionSpec(score=score, mask_mod=mask, source="flex")
-    p = mask_first(spec)
+    from te_compile.cudnn.lowering import BIG, lower
+    lw = lower(AttentionSpec(score=score, mask_mod=mask, source="flex"))
+    p = lw.mask_first
     assert (p is None) == (plan is None)
     if p is not None:
         assert p.needs_min == (plan == "min")
-        assert (BIG in constants(spec)) == p.needs_min
+        assert (BIG in lw.constants) == p.needs_min
 
 
 @pytest.mark.parametrize("expr,want", [
@@ -156,7 +160,7 @@ def test_mask_first_plan(score, mask, plan):
 ])
 def test_at_neg_inf(expr, want):
     from te_compile import ir
-    from te_compile.cudnn.emit import at_neg_inf
+    from te_compile.cudnn.lowering import at_neg_inf
     assert at_neg_inf(ir.parse(expr)) == want
     # cross-check with float arithmetic where the answer is a plain number
     env = {"score": torch.tensor(float("-inf")), "q_idx": torch.tensor(3), "kv_idx": torch.tensor(1),
@@ -170,8 +174,18 @@ def test_at_neg_inf(expr, want):
 
 def test_graph_structure_ignores_constant_values():
     """Specs that differ only in pass-by-value constants share one built cuDNN graph (cache key)."""
-    from te_compile.cudnn.emit import constants, structure
-    from te_compile.cudnn.graphs import _graph_spec
+    from te_compile.cudnn.emit import structure as _structure
+    from te_compile.cudnn.graphs import _graph_key
+    from te_compile.cudnn.lowering import lower
+
+    def constants(spec):
+        return lower(spec).constants
+
+    def structure(spec):
+        return _structure(lower(spec))
+
+    def _graph_spec(spec, lengths):
+        return _graph_key(lower(spec, lengths))
 
     def softcap(c):
         return AttentionSpec(source="flex", score=f"(mul (tanh (div score {c})) {c})", mask_mod="(ge q_idx kv_idx)")

@@ -107,7 +107,7 @@ def test_flex_table_bias_requests_dbias_only_when_the_table_is_learned(monkeypat
 @pytest.mark.parametrize("start_learned", [False, True])
 def test_requires_grad_flip_after_compiling(start_learned):
     """Flipping a parameter's requires_grad after compiling must neither lose its gradient nor keep
-    computing one: te_compile turns Dynamo's dict-tag guard skip off (stale on torch 2.11)."""
+    computing one: te_compile turns Dynamo's dict-tag guard skip off while it compiles (stale on torch 2.11)."""
     import te_compile
 
     class M(torch.nn.Module):
@@ -131,4 +131,16 @@ def test_requires_grad_flip_after_compiling(start_learned):
             torch.testing.assert_close(m.bias.grad, want, rtol=1e-5, atol=1e-5)
         else:
             assert m.bias.grad is None
-    assert torch._dynamo.config.skip_tensor_guards_with_matching_dict_tags is False
+    # the setting is te_compile's only while it compiles a frame: afterwards it is Dynamo's default again
+    assert torch._dynamo.config.skip_tensor_guards_with_matching_dict_tags is True
+
+
+def test_importing_te_compile_leaves_dynamo_config_alone():
+    import subprocess
+    import sys
+
+    code = ("import torch; before = torch._dynamo.config.skip_tensor_guards_with_matching_dict_tags; "
+            "import te_compile; assert torch._dynamo.config.skip_tensor_guards_with_matching_dict_tags == before; "
+            "print(before)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr[-2000:]

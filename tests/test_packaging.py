@@ -94,7 +94,7 @@ except ImportError as e:
 q = torch.randn(1, 2, 8, 8)
 fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
 (d,) = te_compile.explain(fn, q, q, q, target="reference").decisions
-assert d.rewrite and d.target == "reference", d.reason
+assert d.rewrite and d.runs_on == "reference", d.reason
 (d,) = te_compile.explain(fn, q, q, q, target="auto").decisions
 assert not d.rewrite and "cpu" in d.reason, d.reason
 out = torch.compile(fn, backend=te_compile.backend(target="reference", inner="eager"))(q, q, q)

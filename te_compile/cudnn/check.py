@@ -16,6 +16,7 @@ import torch
 
 from ..layout import contiguous_strides, like_layout_strides
 from ..spec import AttentionSpec
+from .lowering import lower
 
 #: largest head dim cuDNN's sm90 SDPA serves forward *and* backward (cuDNN 9.x)
 MAX_HEAD_DIM = 256
@@ -32,11 +33,9 @@ def _concrete(shape) -> Optional[tuple[int, ...]]:
 def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
           spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> Optional[str]:
     """Reason cuDNN cannot serve this call, or None. Tensors may be fake."""
-    if spec.score or spec.mask_mod:
-        from .emit import unsupported_reason
-        why = unsupported_reason(spec)
-        if why:
-            return why
+    why = lower(spec).unsupported
+    if why:
+        return why
     if spec.scale is not None and spec.scale <= 0:
         return (f"softmax scale {spec.scale:g} <= 0: cuDNN's padded key positions turn +inf with a negative "
                 "scale (wrong results at lengths that are not a multiple of the tile)")
@@ -84,7 +83,8 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
     try:
         from . import graphs
     except Exception as e:  # noqa: BLE001 - a broken install must not crash compilation
-        return f"cuDNN frontend unavailable ({type(e).__name__}: {e})"
+        from ..install import frontend_missing
+        return frontend_missing(e)
     io = graphs._IO_TYPES[getattr(torch, dtype.replace("torch.", ""))]
     q, k, v = qkv
     B, H, L, _ = q[0]
@@ -93,11 +93,12 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
     inputs = tuple(((B, H, 1, 1), (H, 1, 1, 1)) for _ in range(spec.n_inputs))
     try:
         g = graphs._new_graph(None, io)
-        graphs.define_forward(g, io, spec, q, k, v, bias_meta, o_meta[1], inputs)
+        lw = lower(spec, (L, k[0][2]))
+        graphs.define_forward(g, io, lw, q, k, v, bias_meta, o_meta[1], inputs)
         g.validate()
         if needs_grad:
             g = graphs._new_graph(None, io)
-            graphs.define_backward(g, io, spec, q, k, v, o_meta, o_meta, bias_meta, need_dbias,
+            graphs.define_backward(g, io, lw, q, k, v, o_meta, o_meta, bias_meta, need_dbias,
                                    (q[1], k[1], v[1]), inputs)
             g.validate()
     except Exception as e:  # noqa: BLE001 - any validator complaint is a reason to keep the node

@@ -31,14 +31,15 @@ import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 
 from ..layout import contiguous_strides, empty_like_layout, like_layout_strides
 from ..spec import AttentionSpec
-from .emit import Emitter, constants, native_band, structure, unsupported_reason
+from .emit import Emitter, structure
+from .lowering import Lowering, lower
 
 log = logging.getLogger("te_compile")
 
 _IO_TYPES = {torch.float16: cudnn.data_type.HALF, torch.bfloat16: cudnn.data_type.BFLOAT16}
 _F32 = cudnn.data_type.FLOAT
 
-#: bounded LRU of built graphs; te_compile.config.cudnn_cache_size changes the bound
+#: bound of the LRU of built graphs (te_compile.cudnn.graphs.cache.maxsize changes it at run time)
 CACHE_SIZE = 256
 
 
@@ -218,24 +219,12 @@ def _padded_empty(shape: tuple, dtype: torch.dtype, device: torch.device) -> Ten
     return torch.empty(*shape[:-1], sp, dtype=dtype, device=device)[..., : shape[-1]]
 
 
-def _band(spec: AttentionSpec, lengths: tuple[int, int]) -> Optional[tuple[Optional[int], int]]:
-    """The native band for ``spec`` at these lengths, or None (the mask is emitted instead)."""
-    band = native_band(spec)
-    if band is not None and band[0] is not None and lengths[0] > lengths[1]:
-        return None  # "Sliding window attention is only supported with max_s_q <= max_s_kv" (cuDNN 9.19)
-    return band
-
-
-def _emitted(spec: AttentionSpec, lengths: tuple[int, int]) -> bool:
-    return bool(spec.score or spec.mask_mod) and _band(spec, lengths) is None
-
-
-def _sdpa_kwargs(spec: AttentionSpec, head_dim: int, bias_t: Any, emitter: Optional[Emitter] = None,
-                 backward: bool = False, lengths: tuple[int, int] = (0, 0)) -> dict:
-    kw: dict = {"attn_scale": spec.scale_for(head_dim)}
+def _sdpa_kwargs(lw: Lowering, head_dim: int, bias_t: Any, emitter: Optional[Emitter] = None,
+                 backward: bool = False) -> dict:
+    kw: dict = {"attn_scale": lw.spec.scale_for(head_dim)}
     if bias_t is not None:
         kw["bias"] = bias_t
-    band = (None, 0) if spec.is_causal else _band(spec, lengths)
+    band = (None, 0) if lw.spec.is_causal else lw.band
     if band is not None:  # native masks skip masked tiles (a score_mod disables them)
         kw["diagonal_alignment"] = cudnn.diagonal_alignment.TOP_LEFT
         kw["diagonal_band_right_bound"] = band[1]
@@ -253,31 +242,30 @@ def _input_tensors(g: Any, inputs: Sequence[Meta]) -> list:
             for i, m in enumerate(inputs)]
 
 
-def _emitter(g: Any, spec: AttentionSpec, inputs: Sequence[Meta], lengths: tuple[int, int]) -> tuple[Optional[Emitter], list]:
-    if not _emitted(spec, lengths):
+def _emitter(g: Any, lw: Lowering, inputs: Sequence[Meta]) -> tuple[Optional[Emitter], list]:
+    if not lw.emitted:
         return None, []
     ts = _input_tensors(g, inputs)
+    uids = [_UID.INPUTS + i for i in range(len(inputs))]
     consts = {v: g.tensor(name=f"c{j}", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=_F32,
-                          is_pass_by_value=True, uid=_UID.CONSTS + j)
-              for j, v in enumerate(constants(spec))}
-    uids = [_UID.INPUTS + i for i in range(len(ts))] + [_UID.CONSTS + j for j in range(len(consts))]
-    return Emitter(spec, ts, consts, lengths), uids
+                          uid=_UID.CONSTS + j, is_pass_by_value=True)
+              for j, v in enumerate(lw.constants)}
+    uids += [_UID.CONSTS + j for j in range(len(consts))]
+    return Emitter(lw, ts, consts), uids
 
 
-def _graph_spec(spec: AttentionSpec, lengths: tuple[int, int]) -> Any:
-    """The part of the spec a built graph depends on: the spec itself for native masks and plain
-    SDPA; for an emitted score_mod, its structure (constant values are fed at execute)."""
-    if not _emitted(spec, lengths):
-        return spec
-    return ("emitted", spec.mask, structure(spec, lengths))
+def _graph_key(lw: Lowering) -> Any:
+    """What a built graph depends on: the spec itself for native masks and plain SDPA; for emitted
+    mods, their structure (constant values are fed at execute, so a changed softcap reuses the graph)."""
+    if not lw.emitted:
+        return lw.spec
+    return ("emitted", lw.spec.mask, structure(lw))
 
 
 @functools.lru_cache(maxsize=1024)
-def _const_buffers(spec: AttentionSpec, lengths: tuple[int, int]) -> tuple[Tensor, ...]:
-    """CPU float32 scalars for the pass-by-value constants, in uid order (made once per spec)."""
-    if not _emitted(spec, lengths):
-        return ()
-    return tuple(torch.full((1, 1, 1, 1), v, dtype=torch.float32) for v in constants(spec))
+def _const_buffers(lw: Lowering) -> tuple[Tensor, ...]:
+    """CPU float32 scalars for the pass-by-value constants, in uid order (made once per lowering)."""
+    return tuple(torch.full((1, 1, 1, 1), v, dtype=torch.float32) for v in lw.constants)
 
 
 def _new_graph(handle: Any, io: Any) -> Any:
@@ -304,21 +292,21 @@ def _tensor(g: Any, name: str, m: Meta, io: Any, uid: int) -> Any:
     return g.tensor(name=name, dim=list(m[0]), stride=list(m[1]), data_type=io, uid=uid)
 
 
-def define_forward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: Meta, b4: Optional[Meta],
+def define_forward(g: Any, io: Any, lw: Lowering, q: Meta, k: Meta, v: Meta, b4: Optional[Meta],
                    o_stride: tuple, inputs: Sequence[Meta] = ()) -> list[int]:
     """Add the forward SDPA node to ``g``; returns the operand uids in execute order."""
     B, H, L, _ = q[0]
     o_shape = [B, H, L, v[0][3]]
     qt, kt, vt = _tensor(g, "q", q, io, _UID.Q), _tensor(g, "k", k, io, _UID.K), _tensor(g, "v", v, io, _UID.V)
     bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
-    em, in_uids = _emitter(g, spec, inputs, (q[0][2], k[0][2]))
-    o, stats = g.sdpa(name="sdpa_fwd", q=qt, k=kt, v=vt, generate_stats=True, **_sdpa_kwargs(spec, q[0][3], bt, em, lengths=(q[0][2], k[0][2])))
+    em, in_uids = _emitter(g, lw, inputs)
+    o, stats = g.sdpa(name="sdpa_fwd", q=qt, k=kt, v=vt, generate_stats=True, **_sdpa_kwargs(lw, q[0][3], bt, em))
     o.set_uid(_UID.O).set_output(True).set_dim(o_shape).set_stride(list(o_stride)).set_data_type(io)
     stats.set_uid(_UID.STATS).set_output(True).set_dim([B, H, L, 1]).set_stride([H * L, L, 1, 1]).set_data_type(_F32)
     return [_UID.Q, _UID.K, _UID.V, _UID.O, _UID.STATS] + ([] if bt is None else [_UID.BIAS]) + in_uids
 
 
-def define_backward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: Meta, o: Meta, do: Meta,
+def define_backward(g: Any, io: Any, lw: Lowering, q: Meta, k: Meta, v: Meta, o: Meta, do: Meta,
                     b4: Optional[Meta], need_dbias: bool, grad_strides: tuple, inputs: Sequence[Meta] = ()) -> list[int]:
     """Add the backward SDPA node to ``g`` (with a dBias output only if ``need_dbias``)."""
     B, H, L, _ = q[0]
@@ -326,8 +314,8 @@ def define_backward(g: Any, io: Any, spec: AttentionSpec, q: Meta, k: Meta, v: M
     ot, dot = _tensor(g, "o", o, io, _UID.O), _tensor(g, "dO", do, io, _UID.DO)
     st = g.tensor(name="stats", dim=[B, H, L, 1], stride=[H * L, L, 1, 1], data_type=_F32, uid=_UID.STATS)
     bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
-    em, in_uids = _emitter(g, spec, inputs, (q[0][2], k[0][2]))
-    kw = _sdpa_kwargs(spec, q[0][3], bt, em, backward=True, lengths=(q[0][2], k[0][2]))
+    em, in_uids = _emitter(g, lw, inputs)
+    kw = _sdpa_kwargs(lw, q[0][3], bt, em, backward=True)
     dbt = None
     if need_dbias and b4 is not None:
         dbt = _tensor(g, "dBias", (b4[0], _padded_strides(b4[0])), io, _UID.DBIAS)
@@ -348,27 +336,11 @@ def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
         raise Unsupported(f"query heads {q.shape[1]} not a multiple of kv heads {k.shape[1]}")
 
 
-def _check_spec(spec: AttentionSpec) -> None:
-    if spec.score or spec.mask_mod:
-        why = unsupported_reason(spec)
-        if why:
-            raise Unsupported(why)
-
-
-#: give cuDNN the (in i) inputs as full [B, H, 1, 1] tensors instead of [B|1, H|1, 1, 1] broadcasts.
-#: Off: measured on the H200 (bench/probe_fuzz.py), [B, H, 1, 1] inputs gave wrong results where
-#: [1, H, 1, 1] ones are right; per-batch terms are kept off cuDNN instead (ir.extract_bh_terms strict)
-EXPAND_INPUTS = False
-
-
-def _inputs(extra: Sequence[Tensor], q: Tensor) -> list[Tensor]:
-    if not extra:
-        return []
-    out = [_operand(t.float()) if t.dtype != torch.float32 else _operand(t) for t in extra]
-    if EXPAND_INPUTS:
-        B, H = q.shape[0], q.shape[1]
-        out = [t if tuple(t.shape) == (B, H, 1, 1) else t.expand(B, H, 1, 1).contiguous() for t in out]
-    return out
+def _input_operands(inputs: Sequence[Tensor]) -> list[Tensor]:
+    """The (in i) inputs as cuDNN reads them: float32 [B|1, H|1, 1, 1] with their own broadcast shape
+    (full [B, H, 1, 1] copies gave wrong results where [1, H, 1, 1] ones are right, H200,
+    bench/probe_fuzz.py; per-batch terms are kept off cuDNN instead: ir.extract_bh_terms strict)."""
+    return [_operand(t.float()) if t.dtype != torch.float32 else _operand(t) for t in inputs]
 
 
 # --------------------------------------------------------------------------- fully-masked rows
@@ -394,7 +366,7 @@ def _empty_rows_of_mask(mask_mod: str, L: int, S: int, device: torch.device) -> 
 def _empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor]) -> Optional[Tensor]:
     """[B|1, H|1, L] True where a query row has no key left, or None (no such rows possible)."""
     rows = None
-    if spec.mask_mod and _band(spec, (q.shape[2], k.shape[2])) is None and not _refs_inputs(spec.mask_mod):
+    if spec.mask_mod and lower(spec, (q.shape[2], k.shape[2])).band is None and not _refs_inputs(spec.mask_mod):
         rows = _empty_rows_of_mask(spec.mask_mod, q.shape[2], k.shape[2], q.device)
     if bias is not None and (spec.score or spec.empty_rows):
         b = torch.isneginf(bias).all(dim=-1)
@@ -419,15 +391,15 @@ def _fix_empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Te
 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
-            extra=()) -> tuple[Tensor, Tensor]:
-    out, lse = _forward(q, k, v, bias, spec, extra)
+            inputs=()) -> tuple[Tensor, Tensor]:
+    out, lse = _forward(q, k, v, bias, spec, inputs)
     _fix_empty_rows(spec, q, k, bias, out, lse)
     return out, lse
 
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
-             extra=()) -> tuple[Tensor, Tensor]:
-    raw = (q, k, v, bias, *extra)
+             inputs=()) -> tuple[Tensor, Tensor]:
+    raw = (q, k, v, bias, *inputs)
     sig = _sig("fwd", spec, None, raw)
     plan = _plans.get(sig)
     if plan is not None and _aligned(raw):
@@ -435,13 +407,15 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
         h = _handle(q.device)
         out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
         lse = torch.empty(o_shape[:3], dtype=torch.float32, device=q.device)
-        buffers = [q, k, v, out, lse] + ([] if bias is None else [bias]) + list(extra) + consts
+        buffers = [q, k, v, out, lse] + ([] if bias is None else [bias]) + list(inputs) + consts
         ws = _workspace(built.workspace, q.device)
         built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
         return out, lse
-    _check_spec(spec)
-    q0, k0, v0, extra0 = q, k, v, tuple(extra)
-    extra = _inputs(extra, q)
+    lw = lower(spec, (q.shape[2], k.shape[2]))
+    if lw.unsupported:
+        raise Unsupported(lw.unsupported)
+    q0, k0, v0, inputs0 = q, k, v, tuple(inputs)
+    inputs = _input_operands(inputs)
     io = _io_type(q, k, v, bias)
     _check_shapes(q, k, v)
     q, k, v = _operand(q), _operand(k), _operand(v)
@@ -451,23 +425,23 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
     o_shape = (B, H, L, Dv)
     o_stride = like_layout_strides(o_shape, q)
     metas = (_meta(q), _meta(k), _meta(v), _meta(b4))
-    in_metas = tuple(_meta(t) for t in extra)
-    key = ("fwd", q.device, q.dtype, _graph_spec(spec, (q.shape[2], k.shape[2])), spec.scale_for(q.shape[3]), metas, o_stride, in_metas)
+    in_metas = tuple(_meta(t) for t in inputs)
+    key = ("fwd", q.device, q.dtype, _graph_key(lw), spec.scale_for(q.shape[3]), metas, o_stride, in_metas)
     h = _handle(q.device)
 
     def build() -> _Built:
         g = _new_graph(h, io)
-        return _finish(g, define_forward(g, io, spec, *metas, o_stride, in_metas))
+        return _finish(g, define_forward(g, io, lw, *metas, o_stride, in_metas))
 
     built = cache.get(key, build)
     out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
-    consts = list(_const_buffers(spec, (q.shape[2], k.shape[2])))
-    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + extra + consts
+    consts = list(_const_buffers(lw))
+    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + inputs + consts
     ws = _workspace(built.workspace, q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
     if (q is q0 and k is k0 and v is v0 and _same(bias, b4)
-            and all(a is b for a, b in zip(extra, extra0))):
+            and all(a is b for a, b in zip(inputs, inputs0))):
         _remember(sig, (built, o_shape, o_stride, consts))
     return out, lse
 
@@ -495,7 +469,7 @@ def _with_dlse(dout: Tensor, v: Tensor, out: Tensor, dlse: Tensor) -> tuple[Tens
 
 
 def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
-             spec: AttentionSpec, need_dbias: bool, extra=(), dlse: Optional[Tensor] = None
+             spec: AttentionSpec, need_dbias: bool, inputs=(), dlse: Optional[Tensor] = None
              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     if spec.mask_mod or spec.score or bias is not None:
         # fully-masked rows (lse = -inf): a huge lse makes cuDNN's P = exp(s - lse) exactly 0 there, so
@@ -504,10 +478,10 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     if dlse is not None:
         dv_cols = v.shape[-1]
         dout, v2, out = _with_dlse(dout, v, out, dlse)
-        dq, dk, dv, dbias = backward(dout, q, k, v2, out, lse, bias, spec, need_dbias, extra)
+        dq, dk, dv, dbias = backward(dout, q, k, v2, out, lse, bias, spec, need_dbias, inputs)
         dv = dv[..., :dv_cols]
         return dq, dk, empty_like_layout(v.shape, v).copy_(dv), dbias
-    raw = (dout, q, k, v, out, lse, bias, *extra)
+    raw = (dout, q, k, v, out, lse, bias, *inputs)
     sig = _sig("bwd", spec, bool(need_dbias), raw)
     plan = _plans.get(sig)
     if plan is not None and _aligned(raw):
@@ -519,13 +493,15 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
         dbias = _padded_empty(tuple(bias.shape), q.dtype, q.device) if need_dbias else q.new_empty((0,))
         if need_dbias:
             buffers.append(dbias)
-        buffers += list(extra) + consts
+        buffers += list(inputs) + consts
         ws = _workspace(built.workspace, q.device)
         built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
         return dq, dk, dv, dbias.contiguous()
-    _check_spec(spec)
-    raw_ops = (q, k, v, out, dout, lse, tuple(extra))
-    extra = _inputs(extra, q)
+    lw = lower(spec, (q.shape[2], k.shape[2]))
+    if lw.unsupported:
+        raise Unsupported(lw.unsupported)
+    raw_ops = (q, k, v, out, dout, lse, tuple(inputs))
+    inputs = _input_operands(inputs)
     io = _io_type(q, k, v, bias, out, dout)
     _check_shapes(q, k, v)
     grad_strides = (like_layout_strides(q.shape, q), like_layout_strides(k.shape, k), like_layout_strides(v.shape, v))
@@ -535,14 +511,14 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     b4 = None if bias is None else _bias4d(bias, B, H, L, k.shape[2])
     need_dbias = bool(need_dbias and b4 is not None)
     metas = (_meta(q), _meta(k), _meta(v), _meta(out), _meta(dout), _meta(b4))
-    in_metas = tuple(_meta(t) for t in extra)
-    key = ("bwd", q.device, q.dtype, _graph_spec(spec, (q.shape[2], k.shape[2])), spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides,
+    in_metas = tuple(_meta(t) for t in inputs)
+    key = ("bwd", q.device, q.dtype, _graph_key(lw), spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides,
            in_metas)
     h = _handle(q.device)
 
     def build() -> _Built:
         g = _new_graph(h, io)
-        return _finish(g, define_backward(g, io, spec, *metas, need_dbias, grad_strides, in_metas))
+        return _finish(g, define_backward(g, io, lw, *metas, need_dbias, grad_strides, in_metas))
 
     built = cache.get(key, build)
     dq, dk, dv = (torch.empty_strided(tuple(t.shape), st, dtype=t.dtype, device=t.device)
@@ -552,12 +528,12 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     if need_dbias:
         dbias4 = _padded_empty(tuple(b4.shape), q.dtype, q.device)
         buffers.append(dbias4)
-    consts = list(_const_buffers(spec, (q.shape[2], k.shape[2])))
-    buffers += extra + consts
+    consts = list(_const_buffers(lw))
+    buffers += inputs + consts
     ws = _workspace(built.workspace, q.device)
     built.graph.execute(buffers, ws, handle=h, tensor_uids=built.uids)
     unchanged = all(a is b for a, b in zip((q, k, v, out, dout, lse), raw_ops[:6]))
-    unchanged = unchanged and all(a is b for a, b in zip(extra, raw_ops[6])) and _same(bias, b4)
+    unchanged = unchanged and all(a is b for a, b in zip(inputs, raw_ops[6])) and _same(bias, b4)
     if unchanged and (bias is None or (bias.dtype == q.dtype and b4.shape == bias.shape)):
         _remember(sig, (built, grad_strides, need_dbias, consts))
     if dbias4 is None:

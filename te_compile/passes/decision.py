@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.fx import Node
 
+from .. import ir
 from ..spec import AttentionSpec
 from .find import AttentionSite, example_value
 from .grad import SiteGrads
@@ -70,7 +71,10 @@ class Decision:
     spec: Optional[AttentionSpec] = None
     grads: Optional[SiteGrads] = None
     mask: str = "none"  # as the report shows it
-    score: str = ""  # flex: the score_mod as a readable ScoreExpr ("" for SDPA / identity)
+    score: str = ""  # flex: the score_mod as ScoreExpr text ("" for SDPA / identity)
+    #: flex: the translated mods (the report prints them in infix form too)
+    score_expr: Optional[ir.Expr] = None
+    mask_expr: Optional[ir.Expr] = None
     bias_conversion: Optional[str] = None  # SDPA: "bool->bias" | "cast" | None
     plan: Optional[FlexPlan] = None  # flex: what apply() inserts
     replacement: Optional[str] = None  # name of the node that now carries the output (set by apply)

@@ -100,6 +100,7 @@ def translate_mods(site: AttentionSite, q: torch.Tensor, d: Decision) -> _Mods:
     score, mask = ir.simplify(score), ir.simplify(mask)
     d.mask = f"mask_mod {mask}"
     d.score = "" if score == _SCORE else str(score)
+    d.score_expr, d.mask_expr = (None if score == _SCORE else score), mask
     return _Mods(score, mask, list(sb) + list(mb), learned)
 
 

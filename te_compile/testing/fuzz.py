@@ -540,17 +540,17 @@ def _emission_crash(c: Case, decisions: list) -> str:
     """On CPU: emit each served flex site's cuDNN score_mod / bprop onto a recording graph (what the
     GPU would run at graph build); an exception there is a run-time crash on CUDA."""
     try:
-        from te_compile.cudnn import emit
+        from te_compile.cudnn import emit, lowering
     except Exception:  # noqa: BLE001 - no cuDNN frontend here: nothing to check
         return ""
     for d in decisions:
         if not (d.rewrite and d.spec is not None and d.site.kind == "flex"):
             continue
-        spec = dataclasses.replace(d.spec, impl="cudnn")
-        if emit.unsupported_reason(spec):
+        lw = lowering.lower(dataclasses.replace(d.spec, impl="cudnn"), (c.L, c.S))
+        if lw.unsupported or not lw.emitted:
             continue
         try:
-            emit.structure(spec, (c.L, c.S))
+            emit.structure(lw)
         except Exception as e:  # noqa: BLE001
             return f"cuDNN emission raised {type(e).__name__}: {e} (spec {spec.describe()})"
     return ""
@@ -662,12 +662,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th case starting at i (used by --jobs)")
     p.add_argument("--json", default="", help="write every result as JSON lines to this file")
     p.add_argument("--case", default="", help="run one case given as JSON (from a reproducer)")
-    p.add_argument("--patch", action="append", default=[],
-                   help="module.NAME=value: set a module constant first (emission switches), e.g. "
-                        "te_compile.cudnn.emit.KV_GUARD=0")
+    p.add_argument("--emit", action="append", default=[],
+                   help="NAME=value: a cuDNN emission option (te_compile.cudnn.lowering.EmitOptions) for this "
+                        "run, e.g. kv_guard=0 or const_mode=scalar")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
-    _apply_patches(a.patch)
+    _emit_options(a.emit)
     if a.case:
         cases = [Case.from_json(a.case)]
     else:
@@ -687,17 +687,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     return 1 if bad else 0
 
 
-def _apply_patches(patches: list[str]) -> None:
+def _emit_options(pairs: list[str]) -> None:
     import ast
-    import importlib
 
-    for p in patches:
-        target, value = p.split("=", 1)
-        mod, name = target.rsplit(".", 1)
-        m = importlib.import_module(mod)
-        if not hasattr(m, name):
-            raise SystemExit(f"--patch: {mod} has no {name}")
-        setattr(m, name, ast.literal_eval(value))
+    if not pairs:
+        return
+    from te_compile.cudnn import lowering
+
+    changes = {}
+    for p in pairs:
+        name, value = p.split("=", 1)
+        if name not in {f.name for f in dataclasses.fields(lowering.EmitOptions)}:
+            raise SystemExit(f"--emit: no emission option {name!r} (te_compile.cudnn.lowering.EmitOptions)")
+        try:
+            changes[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            changes[name] = value
+        if isinstance(getattr(lowering.OPTIONS, name), bool):
+            changes[name] = bool(changes[name])
+    lowering.set_options(**changes)
 
 
 def _parallel(a: argparse.Namespace, n_cases: int) -> list[dict]:
@@ -709,7 +717,7 @@ def _parallel(a: argparse.Namespace, n_cases: int) -> list[dict]:
         path = os.path.join(tmp, f"shard{i}.jsonl")
         cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--device", a.device, "--cases", str(a.cases),
                "--seed", str(a.seed), "--shard", f"{i}/{a.jobs}", "--json", path] + (["--no-peers"] if a.no_peers else []) \
-            + [x for p in a.patch for x in ("--patch", p)]
+            + [x for p in a.emit for x in ("--emit", p)]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         procs.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env), path))
     results = []

@@ -1,0 +1,448 @@
+"""What cuDNN is asked to do for one attention spec: the lowering record, computed once.
+
+``lower(spec, lengths)`` analyses a spec's score_mod / mask_mod once (cached) and returns a
+``Lowering``: whether cuDNN can emit it at all (``unsupported``), whether a native diagonal band
+serves the mask (``band``, tile skipping) or the mods are emitted as pointwise ops (``emitted``), the
+mask-first plan, the derivative, the padded-tile guard and the pass-by-value constants. The
+compile-time support check (cudnn/check.py) and the graph builder (cudnn/graphs.py, emit.py) read the
+same record. This module does not import the cuDNN frontend, so it runs (and is tested) anywhere.
+
+Emission options (``EmitOptions``) are passed in: ``OPTIONS`` holds the settled choices; probes and
+the fuzzer's ``--emit`` change them with ``set_options``.
+
+Mask first (``mask_first``): cuDNN skips fully-masked tiles, forward *and* backward, only when
+the mask is a ``binary_select(score, -inf, cmp(index, index))`` applied to the raw score and the
+bprop reuses the intermediates computed from that masked score without a select of its own
+(measured on the H200: softcap + causal 0.566 / 1.625 ms -> 0.350 / 0.872). So for a single
+index-vs-index comparison mask, te_compile emits ``s1 = select(score, -inf, mask)``, then ``f(s1)``,
+then ``min(f(s1), s1 + 1e30)`` when ``f(-inf)`` is not already -inf (exact: it is ``f(s)`` where kept
+and -inf where masked), and a bprop ``dS * f'(s1)`` with no select, which is exact because dS is 0
+where masked and ``f'`` is proven finite at -inf (``at_neg_inf``). Anything else keeps the mask
+after the score_mod and a masking select in the bprop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Optional
+
+from .. import ir
+from ..spec import AttentionSpec
+
+#: IR op -> cuDNN pointwise op name (emit.py calls these on the graph)
+_FLOAT_UNARY = {"neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid",
+                "sin": "sin", "cos": "cos", "tan": "tan", "sqrt": "sqrt", "rsqrt": "rsqrt"}
+_ARITH = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "min": "min", "max": "max", "pow": "pow"}
+_INT_OK = ("add", "sub", "mul", "neg", "abs", "min", "max")
+_CMP = {"eq": "cmp_eq", "ne": "cmp_neq", "lt": "cmp_lt", "le": "cmp_le", "gt": "cmp_gt", "ge": "cmp_ge"}
+_FLOAT_CASTS = ("float32", "float64", "float16", "bfloat16")
+
+#: integer powers up to this magnitude are emitted as products (cuDNN's pow of a negative base is
+#: NaN even for integer exponents: pow(score * c, 2) gave NaN on the H200)
+MAX_INT_POW = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class EmitOptions:
+    """Emission choices (settled by measurement on the GPU machine; docs/cudnn-notes.md)."""
+
+    #: guard ragged kv lengths: when f(-inf) is not -inf, positions past the kv length (cuDNN pads the
+    #: last tile) are masked after the score_mod, or they come back into the softmax (fuzzer: sigmoid
+    #: and tanh(abs) score_mods, dV 50-170x off at S = 129, 255)
+    kv_guard: bool = True
+    #: how constants enter the graph: "pbv" (pass-by-value [1,1,1,1] FLOAT inputs of the outer graph,
+    #: fed at execute, so a changed softcap reuses the built graph), "scalar" (RUNTIME_PARAM scalars),
+    #: "pbv_nonint" (pass-by-value for non-integer values only)
+    const_mode: str = "pbv"
+
+    def __post_init__(self) -> None:
+        if self.const_mode not in ("pbv", "scalar", "pbv_nonint"):
+            raise ValueError(f"unknown const_mode {self.const_mode!r}")
+
+
+OPTIONS = EmitOptions()
+
+
+def set_options(**changes) -> EmitOptions:
+    """Change the process-wide emission options (probes, ``fuzz --emit kv_guard=0``); returns the old ones."""
+    global OPTIONS
+    old, OPTIONS = OPTIONS, dataclasses.replace(OPTIONS, **changes)
+    lower.cache_clear()
+    return old
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowering:
+    """Everything the support check and the graph builder need to know about one spec at (L, S)."""
+
+    spec: AttentionSpec
+    lengths: tuple[int, int]
+    options: EmitOptions
+    score: Optional[ir.Expr]  # the parsed score_mod (None: identity)
+    mask: Optional[ir.Expr]  # the parsed mask_mod (None: no mask)
+    #: why the mods cannot be emitted to cuDNN (None: they can)
+    unsupported: Optional[str]
+    #: cuDNN's native diagonal band (left bound or None, right bound) serving the mask_mod, or None
+    band: Optional[tuple[Optional[int], int]]
+    #: the mods go into cuDNN as score_mod callbacks (a spec with mods and no native band)
+    emitted: bool
+    deriv: Optional[ir.Expr]  # d score_mod / d score
+    mask_first: "Optional[MaskFirst]"
+    guard: Optional[ir.Expr]  # the padded-tile guard (kv_guard)
+    #: pass-by-value constants in uid order (emitted specs only)
+    constants: tuple[float, ...]
+
+    @property
+    def needs_bprop(self) -> bool:
+        return self.deriv is not None and not self.deriv.is_const(1.0)
+
+
+@functools.lru_cache(maxsize=2048)
+def _lower(spec: AttentionSpec, lengths: tuple[int, int], options: EmitOptions) -> Lowering:
+    score, mask = spec.score_expr(), spec.mask_expr()
+    unsupported = _unsupported_reason(score, mask) if (score is not None or mask is not None) else None
+    band = _native_band(spec, mask)
+    if band is not None and band[0] is not None and lengths[0] > lengths[1]:
+        band = None  # "Sliding window attention is only supported with max_s_q <= max_s_kv" (cuDNN 9.19)
+    emitted = (score is not None or mask is not None) and band is None
+    if unsupported is not None:  # nothing is emitted (the derivative may not even exist)
+        return Lowering(spec, lengths, options, score, mask, unsupported, band, emitted, None, None, None, ())
+    plan = _mask_first(score, mask)
+    deriv = ir.derivative(score) if score is not None else None
+    consts = _constants(score, mask, plan, options.const_mode) if emitted else ()
+    return Lowering(spec, lengths, options, score, mask, None, band, emitted, deriv, plan,
+                    _kv_guard(score, lengths, options.kv_guard), consts)
+
+
+def lower(spec: AttentionSpec, lengths: tuple[int, int] = (0, 0), options: Optional[EmitOptions] = None) -> Lowering:
+    """The lowering record of ``spec`` at sequence lengths (L, S) ((0, 0): length-independent parts)."""
+    return _lower(spec, lengths, options or OPTIONS)
+
+
+lower.cache_clear = _lower.cache_clear  # type: ignore[attr-defined]
+
+
+def _uses_pbv(v: float, mode: str) -> bool:
+    if not math.isfinite(v):
+        return False
+    return mode == "pbv" or (mode == "pbv_nonint" and not float(v).is_integer())
+
+
+def _constants(score: Optional[ir.Expr], mask: Optional[ir.Expr], plan: "Optional[MaskFirst]",
+               mode: str) -> tuple[float, ...]:
+    """The constants the emitted graph will read as pass-by-value inputs (unique, in order of first
+    appearance: specs that differ only in constant values use the same uid for the same place)."""
+    out: dict[float, None] = {}
+
+    def walk(e: Optional[ir.Expr]) -> None:
+        if e is None:
+            return
+        if e.op == "const" and not isinstance(e.value, bool) and _uses_pbv(float(e.value), mode):
+            out[float(e.value)] = None
+        if e.op == "exp2" and _uses_pbv(ir.LN2, mode):  # emitted as exp(x * ln 2)
+            out[ir.LN2] = None
+        if e.op in ("floordiv", "rem") and _int_by_const(e):  # the exact integer division's constants
+            for v in (0.5, 1.0 / float(e.args[1].value)):
+                if _uses_pbv(v, mode):
+                    out[v] = None
+        if e.op not in ("const", "in") and e.args and not e.leaves() and not _refs_input(e):
+            v = float(ir.evaluate(e, {}).item())  # folded at emission
+            if _uses_pbv(v, mode):
+                out[v] = None
+            return
+        for a in e.args:
+            walk(a)
+    walk(score)
+    walk(mask)
+    if plan is not None:
+        if plan.needs_min:
+            out[BIG] = None
+        if not plan.deriv.is_const():  # a constant derivative goes in as a RUNTIME_PARAM scalar
+            walk(plan.deriv)
+    elif score is not None:
+        walk(ir.derivative(score))
+    return tuple(out)
+
+
+#: kv tile multiple below which no guard is needed
+KV_TILE = 128
+
+
+#: added to the masked score to bound f(s1) from above in ``min(f(s1), s1 + BIG)``
+BIG = 1e30
+
+
+class MaskFirst:
+    """How the mask-first emission applies to a spec (see the module docstring)."""
+
+    __slots__ = ("needs_min", "deriv")
+
+    def __init__(self, needs_min: bool, deriv: ir.Expr):
+        self.needs_min, self.deriv = needs_min, deriv
+
+
+def _mask_first(score: Optional[ir.Expr], mask: Optional[ir.Expr]) -> Optional[MaskFirst]:
+    """The mask-first plan, or None to emit the mask after the score_mod."""
+    if score is None or mask is None or not is_causal_cmp(mask):
+        # only top-left causal itself: cuDNN treats select(score, -inf, <index compare>) on the raw
+        # score as the causal mask when it skips tiles, so any other compare there (an offset
+        # q_idx + 256 >= kv_idx, strict kv_idx < q_idx, q_idx <= q_idx) gave wrong results (H200,
+        # cuDNN 9.19, tests/test_cuda_flex.py::test_bottom_right_causal and the differential fuzzer)
+        return None
+    if at_neg_inf(score) == "nan":
+        return None
+    deriv = ir.derivative(score)
+    if deriv.is_const():
+        # a bprop that is only dS * <pass-by-value constant> found no engine; integer-valued
+        # constants work as RUNTIME_PARAM scalars (non-integer ones give NaN on 9.19)
+        v = float(deriv.value)
+        if not (math.isfinite(v) and v.is_integer()):
+            return None
+    elif at_neg_inf(deriv) != "fin":
+        return None
+    return MaskFirst(at_neg_inf(score) != "-inf", deriv)
+
+
+def _kv_guard(e: Optional[ir.Expr], lengths: tuple[int, int], enabled: bool) -> Optional[ir.Expr]:
+    """``q_idx < L & kv_idx < S`` (the parts needed) when positions past the sequence lengths need
+    masking after the score_mod: a score_mod whose value at -inf is not -inf (cuDNN fills the padded
+    tail of the last tile with -inf *before* the score_mod; f(-inf) finite lets padded keys into the
+    softmax, f(-inf) = +inf turns padded query rows into inf * 0 = NaN in dK / dV) and a length
+    that is not a multiple of the tile."""
+    if not enabled or e is None:
+        return None
+    at, d_at = _ninf(e), _ninf(ir.derivative(e))
+    if at == "-inf" and d_at == "fin":
+        return None
+    # f(-inf) = +inf / NaN or a non-finite f'(-inf): the backward also evaluates positions past the
+    # lengths at tile-multiple lengths (sqrt(|s| + 0.5) at L = S = 256: dV 158x off), so guard always;
+    # a finite f(-inf) (softcap) only matters where the last tile is padded
+    always = at in ("+inf", "nan") or d_at != "fin"
+    L, S = lengths
+    terms = [ir.Expr("lt", (ir.Expr.leaf(leaf), ir.Expr.const(int(n))))
+             for leaf, n in (("kv_idx", S), ("q_idx", L)) if n > 0 and (always or n % KV_TILE)]
+    if not terms:
+        return None
+    return terms[0] if len(terms) == 1 else ir.Expr("and", tuple(terms))
+
+
+def is_causal_cmp(c: ir.Expr) -> bool:
+    """``q_idx >= kv_idx`` or ``q_idx <= kv_idx`` (either spelling): the masks cuDNN may see as a select
+    on the raw score (causal, and inverse causal: both measured right on the H200)."""
+    if c.op not in ("ge", "le") or len(c.args) != 2 or {a.op for a in c.args} != {"q_idx", "kv_idx"}:
+        return False
+    return True
+
+
+def at_neg_inf(e: ir.Expr) -> str:
+    """What ``e`` is where the score is -inf and every other leaf is finite: "fin", "+inf", "-inf"
+    or "nan" (NaN possible or not known). Sub-expressions without the score are "fin": they take
+    the same values as in eager where the score is kept."""
+    return _ninf(e)
+
+
+def _ninf(e: ir.Expr) -> str:
+    op = e.op
+    if op == "score":
+        return "-inf"
+    if op == "const":
+        v = float(e.value)
+        return "fin" if math.isfinite(v) else ("+inf" if v > 0 else ("-inf" if v < 0 else "nan"))
+    if not _has_score(e):
+        return "fin"
+    a = [_ninf(x) for x in e.args]
+    if "nan" in a:
+        return "nan"
+    if op in ("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"):
+        return "fin"
+    if op == "cast":
+        return a[0] if e.dtype in _FLOAT_CASTS else ("fin" if a[0] == "fin" else "nan")
+    if op == "neg":
+        return _NEG[a[0]]
+    if op in ("tanh", "sigmoid"):
+        return "fin"
+    if op in ("exp", "exp2"):
+        return "+inf" if a[0] == "+inf" else "fin"
+    if op == "abs":
+        return "fin" if a[0] == "fin" else "+inf"
+    if op == "add":
+        return _add(a[0], a[1])
+    if op == "sub":
+        return _add(a[0], _NEG[a[1]])
+    if op in ("mul", "div"):
+        x, y = a
+        if op == "div":
+            if y != "fin":
+                return "fin" if x == "fin" else "nan"  # finite / inf = 0
+            c = e.args[1]
+            if c.op != "const" or float(c.value) == 0:
+                return "nan"  # a divisor that may be 0 where the score is -inf
+            return x if float(c.value) > 0 else _NEG[x]
+        if x == "fin" and y == "fin":
+            return "fin"
+        if x != "fin" and y != "fin":
+            return "+inf" if x == y else "-inf"
+        inf, other = (x, e.args[1]) if x != "fin" else (y, e.args[0])
+        if other.op != "const" or float(other.value) == 0:
+            return "nan"  # inf * (maybe 0)
+        return inf if float(other.value) > 0 else _NEG[inf]
+    if op == "pow":
+        n = float(e.args[1].value) if e.args[1].op == "const" else None
+        if n is None:
+            return "nan"
+        if a[0] == "fin":  # a score-dependent base: 0 ** negative is inf
+            return "fin" if n >= 0 and n.is_integer() else "nan"
+        if n < 0:
+            return "fin"
+        if not n.is_integer() or n == 0:
+            return "nan" if not n.is_integer() else "fin"
+        return "+inf" if (a[0] == "+inf" or int(n) % 2 == 0) else "-inf"
+    if op in ("min", "max"):
+        lo, hi = ("-inf", "+inf") if op == "min" else ("+inf", "-inf")
+        if lo in a:
+            return lo
+        return "fin" if all(x == "fin" for x in a) else ("fin" if "fin" in a else hi)
+    if op == "where":
+        x, y = a[1], a[2]
+        return x if x == y else "nan"
+    return "nan"  # log, sqrt, rsqrt, sin, cos, tan, rem, floordiv, ...
+
+
+_NEG = {"fin": "fin", "+inf": "-inf", "-inf": "+inf", "nan": "nan"}
+
+
+def _add(x: str, y: str) -> str:
+    if x == "fin":
+        return y
+    if y == "fin" or x == y:
+        return x
+    return "nan"
+
+
+def _int_by_const(e: ir.Expr) -> bool:
+    """``e`` is an integer floordiv / rem by a positive integer constant."""
+    c = e.args[1]
+    return (c.op == "const" and c.dtype == "int" and int(c.value) > 0 and ir.kind_of(e.args[0]) in ("int", "bool"))
+
+
+def _has_score(e: ir.Expr) -> bool:
+    return e.op == "score" or any(_has_score(a) for a in e.args)
+
+
+def _unsupported_reason(score: Optional[ir.Expr], mask: Optional[ir.Expr]) -> Optional[str]:
+    """Why the score_mod / mask_mod cannot be emitted to cuDNN, or None."""
+    for what, e in (("score_mod", score), ("mask_mod", mask)):
+        if e is None:
+            continue
+        why = _unsupported(e, cond=(what == "mask_mod"))
+        if why:
+            return f"{what} on cuDNN: {why}"
+    return None
+
+
+def _unsupported(e: ir.Expr, cond: bool = False) -> Optional[str]:
+    if e.op in ("and", "or", "not"):  # as a value it is a 1.0 / 0.0 select (Emitter._number)
+        return next((w for w in (_unsupported(a, True) for a in e.args) if w), None)
+    if e.op == "where":
+        return next((w for w in (_unsupported(a, i == 0) for i, a in enumerate(e.args)) if w), None)
+    if e.op in ("score", "q_idx", "kv_idx", "in"):
+        return None
+    if e.op in ("b", "h"):
+        return None if e.op == "b" else "a head-index term outside a (b, h) input"
+    if e.op == "const":
+        return "a bool constant" if e.dtype == "bool" else None
+    if e.op == "cast":
+        src = ir.kind_of(e.args[0])
+        if e.dtype in _FLOAT_CASTS or (e.dtype.startswith("int") and src in ("int", "bool")):
+            return _unsupported(e.args[0], cond=(src == "bool"))
+        return f"a cast from {src} to {e.dtype}"
+    if e.op == "pow" and e.args[1].op != "const":
+        return "pow with a non-constant exponent"
+    if e.op in ("floordiv", "rem") and ir.kind_of(e.args[0]) != "float" and ir.kind_of(e.args[1]) != "float" \
+            and not _int_by_const(e):
+        return f"integer {e.op} by a non-constant or non-positive divisor (cuDNN's division is inexact)"
+    if e.op in ("buf", "index"):
+        return "a captured-tensor gather"
+    if e.op not in (*_FLOAT_UNARY, *_ARITH, *_CMP, "and", "or", "not", "where", "rem", "floordiv", "exp2"):
+        return f"no cuDNN op for {e.op!r}"
+    for a in e.args:
+        why = _unsupported(a)
+        if why:
+            return why
+    return None
+
+
+def _native_band(spec: AttentionSpec, mask: Optional[ir.Expr]) -> Optional[tuple[Optional[int], int]]:
+    """(left bound or None, right bound) when the mask_mod is a causal band and there is no
+    score_mod: cuDNN's native diagonal band (top-left aligned), which skips masked tiles.
+
+    ``q_idx - kv_idx >= lo`` with ``lo <= 0`` is right bound ``-lo`` (``kv_idx <= q_idx - lo``):
+    0 is top-left causal, ``S - L`` is bottom-right causal (``q_idx + (S - L) >= kv_idx``, flex's
+    spelling of it). cuDNN's left bound counts the visible keys including the diagonal
+    (``q_idx - kv_idx <= W`` -> W + 1)."""
+    if spec.score or not spec.mask_mod:
+        return None
+    lo, hi = _d_bounds(mask)
+    if lo is None or lo > 0:
+        return None  # no right bound, or one left of the diagonal: in-graph mask
+    if hi is not None and hi < 0:
+        return None
+    return (None if hi is None else hi + 1, -lo)
+
+
+def _lin(e: ir.Expr) -> Optional[tuple[int, int, int]]:
+    """e as a*q_idx + b*kv_idx + c with integer a, b, c (or None)."""
+    if e.op == "q_idx":
+        return (1, 0, 0)
+    if e.op == "kv_idx":
+        return (0, 1, 0)
+    if e.op == "const" and e.dtype == "int":
+        return (0, 0, int(e.value))
+    if e.op in ("add", "sub"):
+        x, y = _lin(e.args[0]), _lin(e.args[1])
+        if x is None or y is None:
+            return None
+        s = 1 if e.op == "add" else -1
+        return (x[0] + s * y[0], x[1] + s * y[1], x[2] + s * y[2])
+    if e.op == "neg":
+        x = _lin(e.args[0])
+        return None if x is None else (-x[0], -x[1], -x[2])
+    return None
+
+
+def _d_bounds(e: ir.Expr) -> tuple[Optional[int], Optional[int]]:
+    """Bounds lo <= (q_idx - kv_idx) <= hi implied by a conjunction of comparisons; (None, None)
+    when the mask is anything else."""
+    if e.op == "and":
+        a, b = _d_bounds(e.args[0]), _d_bounds(e.args[1])
+        if a == (None, None) or b == (None, None):
+            return (None, None)  # one side is not a constraint on q_idx - kv_idx
+        los = [x for x in (a[0], b[0]) if x is not None]
+        his = [x for x in (a[1], b[1]) if x is not None]
+        return (max(los) if los else None, min(his) if his else None)
+    if e.op not in _CMP or e.op in ("eq", "ne"):
+        return (None, None)
+    x, y = _lin(e.args[0]), _lin(e.args[1])
+    if x is None or y is None:
+        return (None, None)
+    a, b, c = x[0] - y[0], x[1] - y[1], x[2] - y[2]  # a*q + b*kv + c  (cmp)  0
+    if a == 0 or a != -b or abs(a) != 1:
+        return (None, None)
+    # a*(q - kv) + c cmp 0  ->  with d = q - kv:  d cmp' -c*a  (flip if a < 0)
+    op = e.op
+    if a < 0:
+        op = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[op]
+    t = -c * a
+    if op == "ge":
+        return (t, None)
+    if op == "gt":
+        return (t + 1, None)
+    if op == "le":
+        return (None, t)
+    return (None, t - 1)  # lt
+
+
+def _refs_input(e: ir.Expr) -> bool:
+    return e.op == "in" or any(_refs_input(a) for a in e.args)
