@@ -152,8 +152,7 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
         import warnings
         msg = ("te_compile: verify=True compares cuDNN with the reference math, but no attention site of this "
                "graph runs on cuDNN (CPU inputs, target='reference', or kept sites): nothing is verified")
-        log.warning(msg)
-        warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)  # once (not also logged: the CLI would print it twice)
     report = GraphReport(_graph_counter, decisions, gm.code, options)
     record(report)
     for d in decisions:
