@@ -39,7 +39,7 @@ def print_profile(fn, n: int = 200, sort: str = "tottime", limit: int = 25) -> N
 
 def main() -> None:
     import te_compile  # noqa: F401
-    from te_compile import ops
+    from te_compile import blockmask, kernels
     from te_compile.cudnn import graphs
     from te_compile.spec import AttentionSpec
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -74,7 +74,7 @@ def main() -> None:
     rows.append(("op eager autograd (sdpa causal spec)", lambda: torch.ops.te_compile.attn_fwd(q, k, v, None, [], sdpa_spec)))
     rows.append(("op no-grad tensors (sdpa causal spec)", lambda: torch.ops.te_compile.attn_fwd(qd, kd, vd, None, [], sdpa_spec)))
     rows.append(("op no-grad tensors (flex mask_mod spec)", lambda: torch.ops.te_compile.attn_fwd(qd, kd, vd, None, [], spec)))
-    rows.append(("_attn_fwd_cuda direct", lambda: ops._attn_fwd_cuda(qd, kd, vd, None, [], spec)))
+    rows.append(("kernels.attn_fwd_cuda direct", lambda: kernels.attn_fwd_cuda(qd, kd, vd, None, [], spec)))
     rows.append(("graphs.forward direct", lambda: graphs.forward(qd, kd, vd, None, s, [])))
     out, lse = graphs.forward(qd, kd, vd, None, s, [])
     plan = next(iter(graphs._plans.values()))
@@ -91,7 +91,7 @@ def main() -> None:
     rows.append(("from_key", lambda: AttentionSpec.from_key(spec)))
     blocks = [bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices]
     bs = AttentionSpec(mask="none", source="flex", mask_mod="(ge q_idx kv_idx)", block_q=128, block_kv=128, block_full=True)
-    rows.append(("_check_block_mask (cached)", lambda: ops._check_block_mask(bs, qd, kd, [], blocks)))
+    rows.append(("blockmask.check_call (cached)", lambda: blockmask.check_call(bs, qd, kd, [], blocks)))
 
     @torch.library.custom_op("te_bench::nop6", mutates_args=())
     def nop(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 from typing import Any, Callable, Optional
 
@@ -62,20 +63,34 @@ def _restore_guard_setting(*_: Any) -> None:
         setattr(torch._dynamo.config, _DICT_TAG_SKIP, True)
 
 
+SERVE = ("fastest", "always")
+
+
+def _default_serve() -> str:
+    return os.environ.get("TE_COMPILE_SERVE", "fastest")
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
     inner: str = "inductor"
     target: str = "auto"
     verify: bool = False
+    #: "fastest": serve a site on cuDNN only where the cost model (te_compile.cudnn.cost) says it beats
+    #: torch.compile; "always": wherever cuDNN can serve it (default from TE_COMPILE_SERVE)
+    serve: str = dataclasses.field(default_factory=_default_serve)
 
     def __post_init__(self) -> None:
         if self.inner not in INNER_COMPILERS:
             raise ValueError(f"unknown inner compiler {self.inner!r}; expected one of {INNER_COMPILERS}")
         if self.target not in TARGETS:
             raise ValueError(f"unknown target {self.target!r}; expected one of {TARGETS}")
+        if self.serve not in SERVE:
+            raise ValueError(f"unknown serve policy {self.serve!r}; expected one of {SERVE}")
 
 
-def _checker(target: str) -> Optional[Callable[..., Optional[str]]]:
+def _checker(target: str, serve: str = "fastest") -> Optional[Callable[..., Optional[str]]]:
+    """The support check the passes call for sites bound for cuDNN: can cuDNN serve it (cudnn/check.py),
+    and, under serve="fastest", is it faster there (cudnn/cost.py)."""
     if target != "auto":
         return None
     try:
@@ -84,7 +99,13 @@ def _checker(target: str) -> Optional[Callable[..., Optional[str]]]:
         from .install import frontend_missing
         msg = frontend_missing(e)
         return lambda *a, **k: msg
-    return check
+    if serve == "always":
+        return check
+    from .cudnn.cost import slower_reason
+
+    def check_and_cost(*args: Any) -> Optional[str]:
+        return check(*args) or slower_reason(*args)
+    return check_and_cost
 
 
 _graph_counter = 0
@@ -141,7 +162,7 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     _guard_requires_grad_flips()
     original = _copy_graph(gm.graph)
     try:
-        decisions = rewrite_graph(gm, options.target, _checker(options.target), options.verify)
+        decisions = rewrite_graph(gm, options.target, _checker(options.target, options.serve), options.verify)
     except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
         # the rewrite may have stopped half-way: hand on the graph as Dynamo captured it
         gm.graph = original
@@ -184,7 +205,8 @@ def _trace_artifact(report: GraphReport) -> None:
                      payload_fn=payload)
 
 
-def backend(inner: str = "inductor", target: str = "auto", verify: bool = False) -> Callable:
+def backend(inner: str = "inductor", target: str = "auto", verify: bool = False,
+            serve: Optional[str] = None) -> Callable:
     """A Dynamo backend with options, for ``torch.compile(model, backend=te_compile.backend(...))``.
 
     inner:  "inductor" (default), "aot_eager" or "eager": what compiles the rewritten graph.
@@ -192,8 +214,11 @@ def backend(inner: str = "inductor", target: str = "auto", verify: bool = False)
             (rewrite every servable site to the exact reference kernel; for tests and CPU).
     verify: on the first call of each configuration, compare cuDNN with the reference math and
             raise te_compile.VerificationError with the error figures if they disagree.
+    serve:  "fastest" (default; or TE_COMPILE_SERVE): rewrite a CUDA site only where te_compile's cost
+            model (te_compile.cudnn.cost, calibrated on the H200) says cuDNN beats torch.compile;
+            the report says "kept for speed" otherwise. "always": wherever cuDNN can serve it.
     """
-    options_ = Options(inner=inner, target=target, verify=verify)
+    options_ = Options(inner=inner, target=target, verify=verify, **({"serve": serve} if serve else {}))
 
     def te_compile_backend(gm: GraphModule, example_inputs: list[Any], mode: Optional[str] = None,
                            options: Optional[dict] = None) -> Callable:
@@ -209,13 +234,13 @@ te_compile_backend = backend()
 
 
 def compile(fn: Optional[Callable] = None, *, inner: str = "inductor", target: str = "auto",  # noqa: A001
-            verify: bool = False, **torch_compile_kwargs: Any) -> Callable:
+            verify: bool = False, serve: Optional[str] = None, **torch_compile_kwargs: Any) -> Callable:
     """Opt in for one module or function: ``te_compile.compile(model)`` or ``@te_compile.compile(verify=True)``.
 
-    The te_compile options (``inner``, ``target``, ``verify``) configure the backend; any other
+    The te_compile options (``inner``, ``target``, ``verify``, ``serve``) configure the backend; any other
     keyword (``fullgraph``, ``dynamic``, ...) goes to ``torch.compile``.
     """
-    be = backend(inner=inner, target=target, verify=verify)
+    be = backend(inner=inner, target=target, verify=verify, serve=serve)
     if fn is None:
         return lambda f: torch.compile(f, backend=be, **torch_compile_kwargs)
     return torch.compile(fn, backend=be, **torch_compile_kwargs)

@@ -11,7 +11,7 @@ import inspect
 import contextlib
 import types
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -56,7 +56,7 @@ _ISOLATE = "isolate_recompiles" in inspect.signature(torch.compile).parameters
 
 
 def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_eager",
-            verify: bool = False, **kwargs: Any) -> Report:
+            verify: bool = False, serve: Optional[str] = None, **kwargs: Any) -> Report:
     """Compile ``fn`` (a module or function) with te_compile, call it once on ``args``, and report.
 
     Uses ``aot_eager`` by default (the decisions do not depend on the inner compiler, and it is
@@ -64,7 +64,7 @@ def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_ea
     again and again on one model does not use up the model's recompile budget (each call's compiled
     entries are its own). If Dynamo compiled no graph at all, the report says so.
     """
-    be = backend(inner=inner, target=target, verify=verify)
+    be = backend(inner=inner, target=target, verify=verify, serve=serve)
     with _own_entries(fn) as (entry, extra), record_reports() as graphs:
         torch.compile(entry, backend=be, **extra)(*args, **kwargs)
     report = Report(list(graphs))

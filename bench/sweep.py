@@ -1,0 +1,167 @@
+"""Training-step sweep: te_compile vs plain torch.compile, side by side in one process (GPU).
+
+    python3 bench/sweep.py --part sdpa --json sdpa.json     # SDPA none / causal over a grid of shapes
+    python3 bench/sweep.py --part flex --json flex.json     # every flex variant at --shape
+
+Each row is one attention call as a training step (forward + backward, q/k/v require grad, a fixed
+upstream gradient), timed back to back between CUDA events after warm-up (median of --iters),
+plus the host time per step (a loop without syncs; short kernels let the host show). Every row is
+printed, the ones te_compile loses included; the ratio is torch.compile's time / te_compile's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10) -> tuple[float, float]:
+    """(median device ms, host µs) of one fwd+bwd step."""
+    out = fn(*args)
+    dout = torch.randn_like(out)
+
+    def step():
+        o = fn(*args)
+        o.backward(dout)
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for a, b in ev:
+        a.record()
+        step()
+        b.record()
+    torch.cuda.synchronize()
+    dev = statistics.median(a.elapsed_time(b) for a, b in ev)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    host = (time.perf_counter() - t0) / iters * 1e6
+    torch.cuda.synchronize()
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            a.grad = None
+    return dev, host
+
+
+def _qkv(B, H, L, D, Hkv=None):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    Hkv = Hkv or H
+    return [torch.randn(B, h, L, D, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+            for h in (H, Hkv, Hkv)]
+
+
+def sdpa_variants():
+    def none(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
+
+    def causal(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+    return {"sdpa none": none, "sdpa causal": causal}
+
+
+def flex_variants(H: int, L: int):
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    W, P = 1024, 512
+    docs = (torch.arange(L, device="cuda") // (L // 4))  # four documents
+    masks = {
+        "causal": lambda b, h, q, kv: q >= kv,
+        "sliding <=": lambda b, h, q, kv: (q >= kv) & (q - kv <= W),
+        "sliding <": lambda b, h, q, kv: (q >= kv) & (q - kv < W),
+        "prefix-LM": lambda b, h, q, kv: (kv < P) | (q >= kv),
+        "document": lambda b, h, q, kv: (docs[q] == docs[kv]) & (q >= kv),
+    }
+    softcap = lambda s, b, h, q, kv: 30.0 * torch.tanh(s / 30.0)  # noqa: E731
+    alibi = lambda s, b, h, q, kv: s + torch.exp2(-((h + 1) * 8.0 / H)) * (kv - q)  # noqa: E731
+    bms = {n: create_block_mask(m, 1, 1, L, L, device="cuda") for n, m in masks.items()}
+
+    def mk(score_mod, mask):
+        bm = bms[mask] if mask else None
+        return lambda q, k, v: flex_attention(q, k, v, score_mod=score_mod, block_mask=bm)
+    return {
+        "flex none": mk(None, None), "flex causal": mk(None, "causal"),
+        "flex sliding <=": mk(None, "sliding <="), "flex sliding <": mk(None, "sliding <"),
+        "flex softcap": mk(softcap, None), "flex softcap + causal": mk(softcap, "causal"),
+        "flex ALiBi": mk(alibi, None), "flex ALiBi + causal": mk(alibi, "causal"),
+        "flex prefix-LM": mk(None, "prefix-LM"), "flex document": mk(None, "document"),
+    }
+
+
+def measure_pair(name: str, fn: Callable, args: list, iters: int, log) -> dict:
+    import te_compile
+
+    row = {"case": name, "shape": [*args[0].shape[:3], args[0].shape[3], args[1].shape[1]]}
+    for impl, be in (("te_compile", "te_compile"), ("torch.compile", "inductor")):
+        torch._dynamo.reset()
+        try:
+            f = torch.compile(fn, backend=be, dynamic=False)
+            if impl == "te_compile":
+                rep = te_compile.explain(fn, *args)
+                row["served"] = rep.summary()["cudnn"]
+                row["reason"] = "; ".join(d.reason for d in rep.decisions if d.reason)[:160]
+            dev, host = step_ms(f, args, iters)
+            row[impl] = {"ms": dev, "host_us": host}
+        except Exception as e:  # noqa: BLE001 - a refused case is a row, not a failure
+            row[impl] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
+    te, tc = row["te_compile"], row["torch.compile"]
+    row["ratio"] = tc["ms"] / te["ms"] if "ms" in te and "ms" in tc else None
+    log(f"{name:24s} {str(row['shape']):24s} served {row.get('served', '?')}  te {te.get('ms', float('nan')):8.3f} ms "
+        f"({te.get('host_us', float('nan')):6.0f} us host)  tc {tc.get('ms', float('nan')):8.3f} ms "
+        f"({tc.get('host_us', float('nan')):6.0f} us host)  {row['ratio'] or float('nan'):5.2f}x  {row.get('reason', '')}")
+    return row
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--part", choices=("sdpa", "flex"), default="sdpa")
+    p.add_argument("--shape", default="2,16,4096,128", help="B,H,L,D for --part flex")
+    p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--json", default="")
+    a = p.parse_args()
+    import torch._inductor.config as ic
+    ic.compile_threads = 1  # the compile workers' start-up slows the host side of measurements (cudnn-notes)
+    rows = []
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    if a.part == "sdpa":
+        for B, L, D, Hkv in ((1, 512, 64, 16), (4, 1024, 64, 16), (4, 1024, 64, 4), (8, 1024, 128, 16),
+                             (1, 2048, 128, 16), (2, 4096, 64, 16), (2, 4096, 128, 16), (1, 8192, 128, 8),
+                             (1, 16384, 128, 16)):
+            args = _qkv(B, 16, L, D, Hkv)
+            for name, fn in sdpa_variants().items():
+                rows.append(measure_pair(name, fn, args, a.iters, log))
+            if Hkv == 16 and L in (1024, 4096, 8192):
+                # masks: a bool padding mask, a frozen float bias, a learned float bias
+                g = torch.Generator(device="cuda").manual_seed(1)
+                pad = torch.ones(B, 1, 1, L, dtype=torch.bool, device="cuda")
+                pad[:, :, :, L - L // 8:] = False
+                bias = torch.randn(1, 16, L, L, device="cuda", dtype=torch.bfloat16, generator=g) * 0.5
+                for name, m in (("sdpa bool mask", pad), ("sdpa frozen bias", bias),
+                                ("sdpa learned bias", bias.clone().requires_grad_())):
+                    rows.append(measure_pair(name, lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                                             args + [m], a.iters, log))
+    else:
+        B, H, L, D = (int(x) for x in a.shape.split(","))
+        args = _qkv(B, H, L, D)
+        for name, fn in flex_variants(H, L).items():
+            rows.append(measure_pair(name, fn, args, a.iters, log))
+    ratios = [r["ratio"] for r in rows if r["ratio"]]
+    if ratios:
+        log(f"geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x over {len(ratios)} rows, "
+            f"min {min(ratios):.2f}x")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,118 @@
+"""Serve only where faster: a cost model of one attention site, te_compile (cuDNN) vs plain torch.compile.
+
+A site that cuDNN can serve is rewritten only when the model says te_compile's step is faster than
+what torch.compile runs for it (aten SDPA for SDPA calls, Inductor's flex kernel for flex_attention).
+Per site and per step (forward + backward when gradients are needed, else forward only):
+
+    time = max(host time, kernel time)            # the slower of the two sides gates the step
+    te_compile kernel = effective FLOPs / TE_TFLOPS
+    torch.compile kernel = te_compile kernel * SPEED_RATIO[site class]
+
+Every constant was measured on the H200 of this project (torch 2.11, cuDNN 9.19, FE 1.32; bf16;
+``bench/sweep.py``, 2026-11-26; docs/benchmarks.md). Host times are per training step of a
+one-site graph (te_compile's ops run Python per call, aten's and Inductor's do not); the speed
+ratios are torch.compile's kernel time over te_compile's at 2x16x4096x128. The model is deliberately
+coarse: its job is to keep the sites that measured slower (plain SDPA, where torch runs the same
+class of kernel with less host time; short sequences; sliding windows; emitted masks) and to serve
+the ones that measured faster (score_mods, learned biases, long full or causal attention).
+
+``te_compile.backend(serve="always")`` (or ``TE_COMPILE_SERVE=always``) serves every site cuDNN can
+serve, whatever the model says (the tests and the fuzzer check cuDNN's numbers that way).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..spec import AttentionSpec
+from .lowering import lower
+
+#: cuDNN SDPA throughput te_compile reaches (fwd+bwd FLOPs / time; 2x16x4096x128 no mask: 962 GFLOP in 1.84 ms)
+TE_TFLOPS = 520.0
+#: host time per step of a one-site compiled graph, ms (bench/sweep.py medians; bench/layers.py):
+#: training step (forward + backward) and forward only
+HOST_MS = {"te_compile": {"train": 1.10, "infer": 0.26}, "torch.compile": {"train": 0.70, "infer": 0.12}}
+#: backward FLOPs relative to the forward's (dQ, dK, dV and the recomputed scores)
+BWD_FLOPS = 2.5
+
+#: torch.compile's kernel time / te_compile's, by site class (H200, 2x16x4096x128, fwd+bwd)
+SPEED_RATIO = {
+    # aten SDPA runs a cuDNN / flash kernel of its own: never faster on te_compile (sweep 0.58-1.02x)
+    "sdpa": 1.0,
+    # a float bias that needs a gradient: torch falls back to the efficient kernel (2.17 / 7.65 ms vs
+    # cuDNN with dBias 0.86 / 3.20 ms)
+    "sdpa learned bias": 2.2,
+    # a bool mask or a frozen float bias: torch can run its own cuDNN kernel with the bias (not measured
+    # apart: assumed equal, so such sites are kept)
+    "sdpa mask": 1.0,
+    "flex plain": 1.30,  # no score_mod, no mask: 2.39 vs 1.84 ms
+    "flex native band": 1.36,  # causal / sliding window as cuDNN's diagonal band: 1.47 vs 1.08, 0.80 vs 0.57
+    "flex score_mod": 2.37,  # a non-linear score_mod (softcap): 4.73 vs 2.00, + causal 2.89 vs 1.22
+    "flex additive score_mod": 1.34,  # an additive score_mod (ALiBi): 2.46 vs 1.84
+    "flex additive score_mod + mask": 0.80,  # ALiBi + causal: cuDNN computes every tile (1.95 vs 1.56 step)
+    "flex emitted mask": 0.27,  # a mask cuDNN cannot skip tiles for (prefix-LM: 5.55 vs 1.49 step)
+    "flex gathered bias": 2.2,  # a relative-position table materialized as a bias (2.2x)
+}
+
+
+def _concrete(*dims) -> Optional[tuple[int, ...]]:
+    try:
+        return tuple(int(d) for d in dims)
+    except (TypeError, ValueError):
+        return None
+
+
+def site_class(spec: AttentionSpec, bias: Optional[torch.Tensor], need_dbias: bool, L: int, S: int) -> tuple[str, float]:
+    """(class name, fraction of the score matrix te_compile computes)."""
+    if spec.source != "flex":
+        if bias is None:
+            return "sdpa", 0.5 if spec.is_causal else 1.0
+        return ("sdpa learned bias" if need_dbias else "sdpa mask"), 1.0
+    lw = lower(spec, (L, S))
+    if bias is not None and not spec.empty_rows:
+        return "flex gathered bias", 1.0
+    if lw.band is not None:
+        left, right = lw.band
+        width = min(S, (left or S) + right)
+        return "flex native band", min(1.0, width / S if left else (0.5 + right / (2 * S)))
+    if lw.score is None and lw.mask is None:
+        return "flex plain", 1.0
+    if lw.score is None or (lw.mask is not None and lw.mask_first is None):
+        return "flex emitted mask", 1.0
+    additive = lw.deriv is not None and lw.deriv.is_const(1.0)
+    if lw.mask is None:
+        return ("flex additive score_mod" if additive else "flex score_mod"), 1.0
+    return ("flex additive score_mod + mask" if additive else "flex score_mod"), 0.5
+
+
+def estimate(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> Optional[dict]:
+    """{"class", "te_compile", "torch.compile"} step times in ms, or None (symbolic shapes)."""
+    shape = _concrete(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3])
+    if shape is None:
+        return None
+    B, H, L, S, D, Dv = shape
+    cls, density = site_class(spec, bias, need_dbias, L, S)
+    flops = 2.0 * B * H * L * S * (D + Dv) * density * ((1.0 + BWD_FLOPS) if needs_grad else 1.0)
+    kernel_te = flops / (TE_TFLOPS * 1e9)
+    kernel_tc = kernel_te * SPEED_RATIO[cls]
+    mode = "train" if needs_grad else "infer"
+    return {"class": cls, "te_compile": max(HOST_MS["te_compile"][mode], kernel_te),
+            "torch.compile": max(HOST_MS["torch.compile"][mode], kernel_tc)}
+
+
+def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> Optional[str]:
+    """Why te_compile would be slower than torch.compile for this site (it is kept), or None (served)."""
+    if spec.impl != "cudnn":
+        return None
+    est = estimate(q, k, v, bias, spec, needs_grad, need_dbias)
+    if est is None or est["te_compile"] < est["torch.compile"]:
+        return None
+    what = "training step" if needs_grad else "forward"
+    return (f"kept for speed: the cost model estimates {est['te_compile']:.2f} ms per {what} on te_compile vs "
+            f"{est['torch.compile']:.2f} ms on torch.compile ({est['class']}; te_compile.cudnn.cost, H200 "
+            "calibration); te_compile.backend(serve='always') serves it anyway")
+
+
+__all__ = ["estimate", "slower_reason", "site_class", "SPEED_RATIO", "HOST_MS", "TE_TFLOPS"]

@@ -1,0 +1,111 @@
+"""Serve only where faster (te_compile.cudnn.cost): which sites the cost model keeps for torch.compile.
+
+The expected decisions are the measured H200 outcomes the model was calibrated on (bench/sweep.py,
+training steps, docs/benchmarks.md): plain SDPA and short sequences measured slower on te_compile
+(0.58-1.0x) and must be kept; score_mods and long full / causal flex measured faster (1.24-2.37x)
+and must be served; sliding windows (0.65x), ALiBi + causal (0.80x) and prefix-LM masks (0.27x)
+measured slower at 2x16x4096x128 and must be kept."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import te_compile
+from te_compile.backend import Options, _checker
+from te_compile.cudnn.cost import estimate, slower_reason
+from te_compile.spec import AttentionSpec
+
+
+def _t(*shape):
+    return torch.empty(*shape, dtype=torch.bfloat16, device="meta")
+
+
+def _qkv(B, H, L, D, Hkv=None):
+    return _t(B, H, L, D), _t(B, Hkv or H, L, D), _t(B, Hkv or H, L, D)
+
+
+SOFTCAP = "(mul (tanh (div score 30.0)) 30.0)"
+ALIBI = "(add score (mul (in 0) (sub kv_idx q_idx)))"
+CAUSAL = "(ge q_idx kv_idx)"
+SLIDING = "(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 1024))"
+PREFIX = "(or (lt kv_idx 512) (ge q_idx kv_idx))"
+
+
+@pytest.mark.parametrize("shape,spec,served", [
+    # measured slower: plain SDPA at every shape of the sweep, HF-like shapes
+    ((4, 16, 1024, 64), AttentionSpec(mask="causal"), False),
+    ((2, 16, 4096, 128), AttentionSpec(mask="none"), False),
+    ((1, 16, 16384, 128), AttentionSpec(mask="causal"), False),
+    # flex at 2x16x4096x128: faster -> served
+    ((2, 16, 4096, 128), AttentionSpec(source="flex"), True),
+    ((2, 16, 4096, 128), AttentionSpec(source="flex", mask_mod=CAUSAL), True),
+    ((2, 16, 4096, 128), AttentionSpec(source="flex", score=SOFTCAP), True),
+    ((2, 16, 4096, 128), AttentionSpec(source="flex", score=SOFTCAP, mask_mod=CAUSAL), True),
+    ((2, 16, 4096, 128), AttentionSpec(source="flex", score=ALIBI, n_inputs=1), True),
+    # flex at 2x16x4096x128: slower -> kept
+    ((2, 16, 4096, 128), AttentionSpec(source="flex", mask_mod=SLIDING), False),
+    ((2, 16, 4096, 128), AttentionSpec(source="flex", score=ALIBI, n_inputs=1, mask_mod=CAUSAL), False),
+    ((2, 16, 4096, 128), AttentionSpec(source="flex", mask_mod=PREFIX), False),
+    # short sequences: host time dominates -> kept (measured 0.43-0.76x)
+    ((1, 8, 512, 64), AttentionSpec(source="flex", score=SOFTCAP), False),
+    ((8, 16, 1024, 64), AttentionSpec(source="flex", mask_mod=CAUSAL), False),
+])
+def test_decisions_match_the_measurements(shape, spec, served):
+    q, k, v = _qkv(*shape)
+    why = slower_reason(q, k, v, None, spec, True, False)
+    assert (why is None) == served, (shape, spec.describe(), why, estimate(q, k, v, None, spec, True, False))
+    if why:
+        assert why.startswith("kept for speed") and "serve='always'" in why
+
+
+def test_learned_bias_is_served_when_long_and_kept_when_short():
+    spec = AttentionSpec(mask="none")
+    for L, served in ((4096, True), (512, False)):
+        q, k, v = _qkv(2, 16, L, 128)
+        why = slower_reason(q, k, v, _t(1, 16, L, L), spec, True, True)
+        assert (why is None) == served, (L, why)
+    # the same bias frozen (no dBias): torch runs its own kernel with it -> kept
+    q, k, v = _qkv(2, 16, 4096, 128)
+    assert slower_reason(q, k, v, _t(1, 16, 4096, 4096), spec, True, False) is not None
+
+
+def test_symbolic_or_reference_sites_are_not_judged():
+    q, k, v = _qkv(1, 8, 512, 64)
+    assert slower_reason(q, k, v, None, AttentionSpec(mask="causal", impl="reference"), True, False) is None
+
+
+def test_backend_composes_the_cost_model_only_for_fastest():
+    import dataclasses
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from te_compile.passes.rewrite import rewrite_graph
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def decide(serve):
+        gm = torch.fx.symbolic_trace(fn)
+        with FakeTensorMode():
+            vals = [torch.empty(4, 16, 1024, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                    for _ in range(3)]
+            out = torch.empty(4, 16, 1024, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        it = iter(vals)
+        for n in gm.graph.nodes:
+            n.meta["example_value"] = next(it) if n.op == "placeholder" else out
+        (d,) = rewrite_graph(gm, "auto", _checker("auto", serve))
+        return d
+
+    kept, served = decide("fastest"), decide("always")
+    assert not kept.rewrite and kept.reason.startswith("kept for speed"), kept.reason
+    assert served.rewrite and served.runs_on == "cudnn", served.reason
+    assert dataclasses.fields(Options)  # the option exists and validates
+    with pytest.raises(ValueError, match="serve policy"):
+        Options(serve="sometimes")
+
+
+def test_default_policy_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("TE_COMPILE_SERVE", "fastest")
+    assert Options().serve == "fastest"
+    monkeypatch.setenv("TE_COMPILE_SERVE", "always")
+    assert Options().serve == "always"
+    assert te_compile.backend(serve="fastest").options.serve == "fastest"
