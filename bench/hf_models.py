@@ -1,0 +1,126 @@
+"""Hugging Face models (random configs, no downloads): training step and inference forward,
+te_compile (default serve policy) vs plain torch.compile, side by side in one process (GPU).
+
+    python3 bench/hf_models.py [--json hf.json] [--batch 4 --seq 1024]
+
+4 layers, hidden 1024, 16 heads, head dim 64, bf16. Each model is compiled with both backends, warmed,
+then measured in alternating rounds (best median kept); the te_compile report's counts say how many
+attention sites were served on cuDNN and how many were kept (and why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+
+import torch
+
+
+def _model(kind: str, impl: str):
+    import transformers
+
+    common = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
+                  num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=4096, head_dim=64)
+    if kind == "llama":
+        cfg, cls = transformers.LlamaConfig(**common), transformers.LlamaForCausalLM
+    elif kind == "mistral":
+        cfg, cls = transformers.MistralConfig(**common, sliding_window=512), transformers.MistralForCausalLM
+    elif kind == "qwen2":
+        cfg, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
+    elif kind == "gemma2":
+        cfg = transformers.Gemma2Config(**common, attn_logit_softcapping=50.0, sliding_window=512,
+                                        query_pre_attn_scalar=64)
+        cls = transformers.Gemma2ForCausalLM
+    else:
+        raise ValueError(kind)
+    cfg._attn_implementation = impl
+    torch.manual_seed(0)
+    return cls(cfg).cuda().to(torch.bfloat16)
+
+
+def _time(fn, iters: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for a, b in ev:
+        a.record()
+        fn()
+        b.record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(b) for a, b in ev)
+
+
+def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3) -> dict:
+    import te_compile
+
+    model = _model(kind, impl)
+    ids = torch.randint(0, 32000, (B, L), device="cuda")
+    torch._dynamo.reset()
+    rep = te_compile.explain(model, input_ids=ids)
+    s = rep.summary()
+    reasons = sorted({d.reason.split(":")[0] for d in rep.decisions if d.reason})
+    fns = {"te_compile": torch.compile(model, backend="te_compile"), "torch.compile": torch.compile(model)}
+
+    def train(f):
+        def step():
+            model.zero_grad(set_to_none=True)
+            f(input_ids=ids, labels=ids).loss.backward()
+        return step
+
+    def infer(f):
+        def step():
+            with torch.no_grad():
+                f(input_ids=ids)
+        return step
+
+    row = {"model": kind, "impl": impl, "sites": s["sites"], "cudnn": s["cudnn"], "kept": s["kept"], "reasons": reasons}
+    for mode, mk in (("train", train), ("infer", infer)):
+        best = {}
+        for f in fns.values():
+            mk(f)()  # compile
+        for _ in range(rounds):
+            for name, f in fns.items():
+                t = _time(mk(f), iters)
+                best[name] = min(best.get(name, t), t)
+        row[mode] = best
+        row[mode + "_ratio"] = best["torch.compile"] / best["te_compile"]
+    print(f"{kind:8s} {impl:15s} sites {s['sites']:2d} cudnn {s['cudnn']:2d} kept {s['kept']:2d}  "
+          f"train te {row['train']['te_compile']:7.2f} tc {row['train']['torch.compile']:7.2f} ms "
+          f"{row['train_ratio']:.2f}x | infer te {row['infer']['te_compile']:7.2f} tc "
+          f"{row['infer']['torch.compile']:7.2f} ms {row['infer_ratio']:.2f}x  {reasons}", flush=True)
+    return row
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--json", default="")
+    p.add_argument("--models", default="llama,mistral,qwen2,gemma2")
+    a = p.parse_args()
+    import torch._inductor.config as ic
+    ic.compile_threads = 1
+    rows = []
+    for kind in a.models.split(","):
+        for impl in ("sdpa", "flex_attention"):
+            try:
+                rows.append(bench(kind, impl, a.batch, a.seq, a.iters))
+            except Exception as e:  # noqa: BLE001 - report the row, go on
+                print(f"{kind:8s} {impl:15s} error {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
+                rows.append({"model": kind, "impl": impl, "error": f"{type(e).__name__}: {e}"[:300]})
+    for mode in ("train", "infer"):
+        r = [x[mode + "_ratio"] for x in rows if mode + "_ratio" in x]
+        if r:
+            print(f"{mode}: geomean {math.exp(sum(map(math.log, r)) / len(r)):.2f}x, min {min(r):.2f}x over {len(r)}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
