@@ -41,7 +41,7 @@ def main() -> int:
             step()
         torch.cuda.synchronize()
         n = 3
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
             for _ in range(n):
                 step()
             torch.cuda.synchronize()
@@ -55,6 +55,20 @@ def main() -> int:
         print(f"\n== {name}: {a.model}/{a.impl} {a.batch}x{a.seq}: {total:.2f} ms of kernels per step")
         for t, c, k in rows[: a.top]:
             print(f"  {t:7.3f} ms  x{c:3d}  {k}")
+        # host side: syncs and copies (a sync makes every later host microsecond visible), te_compile's ops
+        host = [(e.cpu_time_total / n / 1e3, e.count // n, e.key[:90]) for e in prof.key_averages()
+                if any(w in e.key for w in ("Synchronize", "Memcpy", "te_compile", "item", "_local_scalar"))]
+        for t, c, k in sorted(host, reverse=True)[:12]:
+            print(f"  host {t:7.3f} ms  x{c:3d}  {k}")
+        import time
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(5):
+            step()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        print(f"  host {1e3 * (t1 - t0) / 5:.2f} ms per step issued, wall {1e3 * (t2 - t0) / 5:.2f} ms per step")
     return 0
 
 
