@@ -36,7 +36,9 @@ def _own_entries(fn: Callable):
     if _ISOLATE:
         yield fn, {"isolate_recompiles": True}
         return
-    if isinstance(fn, torch.nn.Module) and isinstance(getattr(type(fn), "forward", None), types.FunctionType):
+    optimized = getattr(torch._dynamo.eval_frame, "OptimizedModule", ())
+    if isinstance(fn, torch.nn.Module) and not isinstance(fn, optimized) \
+            and isinstance(getattr(type(fn), "forward", None), types.FunctionType):
         own = "forward" in vars(fn)
         fn.forward = types.MethodType(_fresh_code(type(fn).forward), fn)
         try:
