@@ -29,7 +29,9 @@ def main() -> None:
     bm = create_block_mask(lambda b, h, q_, kv: q_ >= kv, 1, 1, L, L, device="cuda")
     alibi = lambda s, b, h, q_, kv: s + torch.exp2(-((h + 1) * 8.0 / H)) * (kv - q_)  # noqa: E731
     softcap = lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0)  # noqa: E731
-    cases = {"ALiBi + causal": (alibi, bm), "ALiBi": (alibi, None), "softcap + causal": (softcap, bm)}
+    const_slope = lambda s, b, h, q_, kv: s + 0.0625 * (kv - q_)  # noqa: E731 - no (in i) input
+    cases = {"ALiBi + causal": (alibi, bm), "ALiBi": (alibi, None), "softcap + causal": (softcap, bm),
+             "const slope + causal": (const_slope, bm), "const slope": (const_slope, None)}
     for _ in range(1):
         for name, (sm, mask) in cases.items():
             def fn(q, k, v, sm=sm, mask=mask):
