@@ -5,7 +5,9 @@ mask and softcap + causal as references.
     python3 bench/probe_alibi.py [--shape 2,16,4096,128]
 
 H200, 2026-11-26: ALiBi + causal 0.534 / 1.345 ms vs ALiBi 0.506 / 1.306 (no skipping, forward or
-backward); softcap + causal 0.351 / 0.879 (skips). An explicit dS * 1 bprop changed nothing (1.370 ms).
+backward); softcap + causal 0.351 / 0.879 (skips). An explicit dS * 1 bprop changed nothing (1.370 ms);
+a constant slope + causal 0.583 / 1.323 does not skip either (so not the (in 0) input: index math after
+the mask).
 """
 
 from __future__ import annotations
