@@ -125,6 +125,9 @@ def _main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seq", type=int, default=None)
     p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--serve", choices=("fastest", "always"), default=None,
+                   help="te_compile's serve policy (default: fastest, or TE_COMPILE_SERVE): 'always' puts every "
+                        "site cuDNN can serve on cuDNN, even where the cost model says torch.compile is faster")
     a = p.parse_args(argv)
     dev = torch.device(a.device)
     gpu = dev.type == "cuda"
@@ -144,11 +147,13 @@ def _main(argv: Optional[list[str]] = None) -> int:
           f"batch {batch}, seq {seq}, {dtype}, device {dev}, target {target}")
 
     t0 = time.perf_counter()
-    report = te_compile.explain(model.to(dtype), idx, target=target, inner="inductor")
+    report = te_compile.explain(model.to(dtype), idx, target=target, inner="inductor", serve=a.serve)
     print(f"compiled in {time.perf_counter() - t0:.1f}s")
     print(report)
+    if any(d.reason.startswith("kept for speed") for d in report.decisions):
+        print("(sites kept for speed run what torch.compile runs; `te-compile demo --serve always` puts them on cuDNN)")
 
-    compiled = torch.compile(model, backend=te_compile.backend(target=target))
+    compiled = torch.compile(model, backend=te_compile.backend(target=target, serve=a.serve))
     out, grads = _step(compiled, model, idx)
     ref_model = model.float()  # eager reference in float32 on the same weights
     ref_out, ref_grads = _step(ref_model, ref_model, idx)
