@@ -117,7 +117,35 @@ def operands(site: AttentionSite) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     q, k, v = example_value(site.q), example_value(site.k), example_value(site.v)
     if q is None or k is None or v is None:
         raise Keep("q/k/v have no example values in the graph")
+    plain_tensors(site)
     return q, k, v
+
+
+def _subclass_note(t: torch.Tensor) -> str:
+    """``DTensor (Shard(dim=1),)``: the subclass of an example value, with its placements if it has them."""
+    placements = getattr(t, "placements", None)
+    return type(t).__name__ + (f" {tuple(placements)}" if placements is not None else "")
+
+
+def plain_tensors(site: AttentionSite) -> None:
+    """Keep a site whose q / k / v / mask / captured tensors reach the graph as tensor subclasses.
+
+    Under tensor parallelism with ``use_local_output=False`` or context parallelism
+    (``torch.distributed.tensor.experimental.context_parallel`` turns q / k / v into sequence-sharded
+    DTensors inside its ``F.scaled_dot_product_attention`` wrapper, and DTensor dispatch runs ring
+    attention on them) the example values are DTensors. The te_compile op has no DTensor sharding rule:
+    rewritten, it would fail to compile (or, for a sequence-sharded DTensor, would have to attend to the
+    local chunk only); kept, DTensor dispatches SDPA / flex by its sharding (local heads, ring attention)."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+    named = [("q", site.q), ("k", site.k), ("v", site.v), ("attn_mask", site.attn_mask)]
+    named += [("captured tensor", b) for b in (*site.score_buffers, *site.mask_buffers)]
+    for name, node in named:
+        ev = example_value(node)
+        if ev is not None and is_traceable_wrapper_subclass(ev):
+            raise Keep(f"{name} is a {_subclass_note(ev)}: te_compile's op has no DTensor / tensor-subclass rule, "
+                       f"so torch runs the call by its sharding (heads: local; sequence: context-parallel ring "
+                       f"attention); pass local tensors (parallelize_module's default use_local_output=True) "
+                       f"to have it served")
 
 
 def constant_scale(scale: Any) -> Optional[float]:
