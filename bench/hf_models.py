@@ -18,26 +18,64 @@ import statistics
 import torch
 
 
+MODELS = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gpt2", "bert", "bart")
+
+
 def _model(kind: str, impl: str):
+    """(model, extra inputs) for one architecture: random config, 4 layers, hidden 1024, 16 heads of 64."""
     import transformers
 
     common = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=4,
                   num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=4096, head_dim=64)
+    extra = {}
     if kind == "llama":
         cfg, cls = transformers.LlamaConfig(**common), transformers.LlamaForCausalLM
     elif kind == "mistral":
         cfg, cls = transformers.MistralConfig(**common, sliding_window=512), transformers.MistralForCausalLM
     elif kind == "qwen2":
         cfg, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
+    elif kind == "qwen3":
+        cfg, cls = transformers.Qwen3Config(**common), transformers.Qwen3ForCausalLM
     elif kind == "gemma2":
         cfg = transformers.Gemma2Config(**common, attn_logit_softcapping=50.0, sliding_window=512,
                                         query_pre_attn_scalar=64)
         cls = transformers.Gemma2ForCausalLM
+    elif kind == "gemma3":
+        cfg = transformers.Gemma3TextConfig(**common, sliding_window=512, query_pre_attn_scalar=64)
+        cls = transformers.Gemma3ForCausalLM
+    elif kind == "phi3":
+        c = dict(common)
+        c.pop("head_dim")
+        cfg, cls = transformers.Phi3Config(**c, pad_token_id=0), transformers.Phi3ForCausalLM
+    elif kind == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=32000, n_embd=1024, n_layer=4, n_head=16, n_positions=4096)
+        cls = transformers.GPT2LMHeadModel
+    elif kind == "bert":  # padded batch: an attention mask with padding
+        cfg = transformers.BertConfig(vocab_size=32000, hidden_size=1024, num_hidden_layers=4, num_attention_heads=16,
+                                      intermediate_size=2816, max_position_embeddings=4096)
+        cls = transformers.BertForMaskedLM
+        extra["padded"] = True
+    elif kind == "bart":
+        cfg = transformers.BartConfig(vocab_size=32000, d_model=1024, encoder_layers=2, decoder_layers=2,
+                                      encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=2816,
+                                      decoder_ffn_dim=2816, max_position_embeddings=4096)
+        cls = transformers.BartForConditionalGeneration
     else:
         raise ValueError(kind)
     cfg._attn_implementation = impl
     torch.manual_seed(0)
-    return cls(cfg).cuda().to(torch.bfloat16)
+    return cls(cfg).cuda().to(torch.bfloat16), extra
+
+
+def _inputs(ids: torch.Tensor, extra: dict, labels: bool) -> dict:
+    kw = {"input_ids": ids}
+    if extra.get("padded"):  # the second half of the batch padded to 3/4 of the length
+        mask = torch.ones_like(ids)
+        mask[ids.shape[0] // 2:, 3 * ids.shape[1] // 4:] = 0
+        kw["attention_mask"] = mask
+    if labels:
+        kw["labels"] = ids
+    return kw
 
 
 def _time(fn, iters: int) -> float:
@@ -56,10 +94,10 @@ def _time(fn, iters: int) -> float:
 def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3) -> dict:
     import te_compile
 
-    model = _model(kind, impl)
+    model, extra = _model(kind, impl)
     ids = torch.randint(0, 32000, (B, L), device="cuda")
     torch._dynamo.reset()
-    rep = te_compile.explain(model, input_ids=ids)
+    rep = te_compile.explain(model, **_inputs(ids, extra, False))
     s = rep.summary()
     reasons = sorted({d.reason.split(":")[0] for d in rep.decisions if d.reason})
     fns = {"te_compile": torch.compile(model, backend="te_compile"), "torch.compile": torch.compile(model)}
@@ -67,13 +105,13 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3) -> 
     def train(f):
         def step():
             model.zero_grad(set_to_none=True)
-            f(input_ids=ids, labels=ids).loss.backward()
+            f(**_inputs(ids, extra, True)).loss.backward()
         return step
 
     def infer(f):
         def step():
             with torch.no_grad():
-                f(input_ids=ids)
+                f(**_inputs(ids, extra, False))
         return step
 
     row = {"model": kind, "impl": impl, "sites": s["sites"], "cudnn": s["cudnn"], "kept": s["kept"], "reasons": reasons}
@@ -100,7 +138,7 @@ def main() -> int:
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--json", default="")
-    p.add_argument("--models", default="llama,mistral,qwen2,gemma2")
+    p.add_argument("--models", default=",".join(MODELS))
     a = p.parse_args()
     import torch._inductor.config as ic
     ic.compile_threads = 1

@@ -68,7 +68,7 @@ def sdpa_variants():
     return {"sdpa none": none, "sdpa causal": causal}
 
 
-def flex_variants(H: int, L: int):
+def flex_variants(H: int, L: int, kernel_options: dict | None = None):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     W, P = 1024, 512
@@ -86,6 +86,9 @@ def flex_variants(H: int, L: int):
 
     def mk(score_mod, mask):
         bm = bms[mask] if mask else None
+        if kernel_options:
+            return lambda q, k, v: flex_attention(q, k, v, score_mod=score_mod, block_mask=bm,
+                                                  kernel_options=kernel_options)
         return lambda q, k, v: flex_attention(q, k, v, score_mod=score_mod, block_mask=bm)
     return {
         "flex none": mk(None, None), "flex causal": mk(None, "causal"),
@@ -96,22 +99,26 @@ def flex_variants(H: int, L: int):
     }
 
 
-def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: int = 3) -> dict:
+def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: int = 3,
+                 others: dict | None = None) -> dict:
     """te_compile (default serve policy) and torch.compile on one case: both compiled and warmed first,
     then measured in alternating rounds (A B A B ...), the best round's median kept per implementation:
-    two identical kernels measured once each after compiling differed by up to 25% (host jitter)."""
+    two identical kernels measured once each after compiling differed by up to 25% (host jitter).
+    ``others``: more implementations {name: fn} compiled with plain torch.compile (the FLASH backend)."""
     import te_compile
 
     row = {"case": name, "shape": [*args[0].shape[:3], args[0].shape[3], args[1].shape[1]]}
     torch._dynamo.reset()
     fns = {}
-    for impl, be in (("te_compile", "te_compile"), ("torch.compile", "inductor")):
+    cases = [("te_compile", "te_compile", fn), ("torch.compile", "inductor", fn)]
+    cases += [(n, "inductor", f) for n, f in (others or {}).items()]
+    for impl, be, f0 in cases:
         try:
             if impl == "te_compile":
                 rep = te_compile.explain(fn, *args)
                 row["served"] = rep.summary()["cudnn"]
                 row["reason"] = "; ".join(d.reason for d in rep.decisions if d.reason)[:160]
-            fns[impl] = torch.compile(fn, backend=be, dynamic=False)
+            fns[impl] = torch.compile(f0, backend=be, dynamic=False)
             step_ms(fns[impl], args, 3)  # compile + warm
         except Exception as e:  # noqa: BLE001 - a refused case is a row, not a failure
             row[impl] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
@@ -125,9 +132,15 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
     row.update(best)
     te, tc = row.get("te_compile", {}), row.get("torch.compile", {})
     row["ratio"] = tc["ms"] / te["ms"] if "ms" in te and "ms" in tc else None
+    vs = ""
+    for n in others or {}:
+        o = row.get(n, {})
+        row[f"ratio_vs_{n}"] = o["ms"] / te["ms"] if "ms" in te and "ms" in o else None
+        vs += (f"  {n} {o['ms']:8.3f} ms {row[f'ratio_vs_{n}']:5.2f}x" if "ms" in o and "ms" in te
+               else f"  {n} {o.get('error', '-')[:60]}")
     log(f"{name:24s} {str(row['shape']):24s} served {row.get('served', '?')}  te {te.get('ms', float('nan')):8.3f} ms "
         f"({te.get('host_us', float('nan')):6.0f} us host)  tc {tc.get('ms', float('nan')):8.3f} ms "
-        f"({tc.get('host_us', float('nan')):6.0f} us host)  {row['ratio'] or float('nan'):5.2f}x  {row.get('reason', '')}")
+        f"({tc.get('host_us', float('nan')):6.0f} us host)  {row['ratio'] or float('nan'):5.2f}x{vs}  {row.get('reason', '')}")
     return row
 
 
@@ -137,6 +150,9 @@ def main() -> int:
     p.add_argument("--shape", default="2,16,4096,128", help="B,H,L,D for --part flex")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--json", default="")
+    p.add_argument("--cases", default="", help="--part flex: only these variants (comma-separated names)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--flash", action="store_true", help="--part flex: add FlexAttention's FLASH backend (FA4) column")
     a = p.parse_args()
     import torch._inductor.config as ic
     ic.compile_threads = 1  # the compile workers' start-up slows the host side of measurements (cudnn-notes)
@@ -162,12 +178,20 @@ def main() -> int:
     else:
         B, H, L, D = (int(x) for x in a.shape.split(","))
         args = _qkv(B, H, L, D)
+        flash = flex_variants(H, L, {"BACKEND": "FLASH"}) if a.flash else {}
+        wanted = [c.strip() for c in a.cases.split(",") if c.strip()]
         for name, fn in flex_variants(H, L).items():
-            rows.append(measure_pair(name, fn, args, a.iters, log))
+            if wanted and name.removeprefix("flex ") not in wanted:
+                continue
+            others = {"FLASH": flash[name]} if name in flash else None
+            rows.append(measure_pair(name, fn, args, a.iters, log, rounds=a.rounds, others=others))
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
         log(f"geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x over {len(ratios)} rows, "
             f"min {min(ratios):.2f}x")
+    fr = [r["ratio_vs_FLASH"] for r in rows if r.get("ratio_vs_FLASH")]
+    if fr:
+        log(f"vs FLASH: geomean {math.exp(sum(map(math.log, fr)) / len(fr)):.2f}x over {len(fr)} rows, min {min(fr):.2f}x")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)

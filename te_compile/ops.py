@@ -22,6 +22,8 @@ reference and fake kernels are in te_compile.kernels.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .kernels import (attn_bwd_cuda, attn_bwd_fake, attn_bwd_reference, attn_fwd_cuda, attn_fwd_fake,
@@ -38,7 +40,9 @@ _lib = torch.library.Library("te_compile", "DEF")
 # cudagraph_unsafe: Inductor leaves graphs with these ops out of CUDA graphs (mode="reduce-overhead").
 # Recording them failed on the GPU machine ("storage data ptrs are not allocated in pool"), so
 # te_compile's graphs run without CUDA graphs and everything else keeps them.
-_TAGS = (torch.Tag.pt2_compliant_tag, torch.Tag.cudagraph_unsafe)
+# TE_COMPILE_CUDAGRAPH_UNSAFE=0 drops the tag (diagnostics: bench/probe_cudagraphs.py).
+_TAGS = ((torch.Tag.pt2_compliant_tag,) if os.environ.get("TE_COMPILE_CUDAGRAPH_UNSAFE", "1") == "0"
+         else (torch.Tag.pt2_compliant_tag, torch.Tag.cudagraph_unsafe))
 _lib.define("attn_fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor[] extra, str spec) -> (Tensor, Tensor)",
             tags=_TAGS)
 _lib.define("attn_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? bias, "
