@@ -219,7 +219,21 @@ def backend(inner: str = "inductor", target: str = "auto", verify: bool = False,
             the report says "kept for speed" otherwise. "always": wherever cuDNN can serve it.
     """
     options_ = Options(inner=inner, target=target, verify=verify, **({"serve": serve} if serve else {}))
+    # one callable per set of options: Dynamo guards on the backend's identity (BACKEND_MATCH), so a new
+    # callable per call recompiled every block of `for blk in layers: torch.compile(blk,
+    # backend=te_compile.backend(...))` and ran the blocks past the recompile limit (8) eagerly
+    with _backends_lock:
+        be = _backends.get(options_)
+        if be is None:
+            be = _backends[options_] = _make_backend(options_)
+    return be
 
+
+_backends: dict[Options, Callable] = {}
+_backends_lock = threading.Lock()
+
+
+def _make_backend(options_: Options) -> Callable:
     def te_compile_backend(gm: GraphModule, example_inputs: list[Any], mode: Optional[str] = None,
                            options: Optional[dict] = None) -> Callable:
         # torch.compile(..., mode=..., options=...) hands these to the backend: they configure Inductor
