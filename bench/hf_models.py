@@ -91,16 +91,17 @@ def _time(fn, iters: int) -> float:
     return statistics.median(a.elapsed_time(b) for a, b in ev)
 
 
-def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3) -> dict:
+def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mode: str = "default") -> dict:
     import te_compile
 
     model, extra = _model(kind, impl)
     ids = torch.randint(0, 32000, (B, L), device="cuda")
     torch._dynamo.reset()
-    rep = te_compile.explain(model, **_inputs(ids, extra, False))
+    rep = te_compile.explain(model, **_inputs(ids, extra, False))  # decisions without CUDA graphs
     s = rep.summary()
     reasons = sorted({d.reason.split(":")[0] for d in rep.decisions if d.reason})
-    fns = {"te_compile": torch.compile(model, backend="te_compile"), "torch.compile": torch.compile(model)}
+    m = None if mode == "default" else mode
+    fns = {"te_compile": torch.compile(model, backend="te_compile", mode=m), "torch.compile": torch.compile(model, mode=m)}
 
     def train(f):
         def step():
@@ -114,11 +115,16 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3) -> 
                 f(**_inputs(ids, extra, False))
         return step
 
-    row = {"model": kind, "impl": impl, "sites": s["sites"], "cudnn": s["cudnn"], "kept": s["kept"], "reasons": reasons}
+    row = {"mode": mode, "model": kind, "impl": impl, "sites": s["sites"], "cudnn": s["cudnn"], "kept": s["kept"], "reasons": reasons}
+    from te_compile.report import Report, record_reports
     for mode, mk in (("train", train), ("infer", infer)):
         best = {}
-        for f in fns.values():
-            mk(f)()  # compile
+        for name, f in fns.items():
+            with record_reports() as graphs:
+                mk(f)()  # compile
+            if name == "te_compile" and graphs:  # what the compiled model itself decided (mode included)
+                got = Report(list(graphs)).summary()
+                row[mode + "_sites"] = {k: got[k] for k in ("sites", "cudnn", "kept")}
         for _ in range(rounds):
             for name, f in fns.items():
                 t = _time(mk(f), iters)
@@ -128,7 +134,8 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3) -> 
     print(f"{kind:8s} {impl:15s} sites {s['sites']:2d} cudnn {s['cudnn']:2d} kept {s['kept']:2d}  "
           f"train te {row['train']['te_compile']:7.2f} tc {row['train']['torch.compile']:7.2f} ms "
           f"{row['train_ratio']:.2f}x | infer te {row['infer']['te_compile']:7.2f} tc "
-          f"{row['infer']['torch.compile']:7.2f} ms {row['infer_ratio']:.2f}x  {reasons}", flush=True)
+          f"{row['infer']['torch.compile']:7.2f} ms {row['infer_ratio']:.2f}x  {reasons} "
+          f"compiled: train {row.get('train_sites')} infer {row.get('infer_sites')}", flush=True)
     return row
 
 
@@ -139,14 +146,16 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--json", default="")
     p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--mode", default="default", help="torch.compile mode for both (e.g. reduce-overhead)")
+    p.add_argument("--impls", default="sdpa,flex_attention")
     a = p.parse_args()
     import torch._inductor.config as ic
     ic.compile_threads = 1
     rows = []
     for kind in a.models.split(","):
-        for impl in ("sdpa", "flex_attention"):
+        for impl in a.impls.split(","):
             try:
-                rows.append(bench(kind, impl, a.batch, a.seq, a.iters))
+                rows.append(bench(kind, impl, a.batch, a.seq, a.iters, mode=a.mode))
             except Exception as e:  # noqa: BLE001 - report the row, go on
                 print(f"{kind:8s} {impl:15s} error {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
                 rows.append({"model": kind, "impl": impl, "error": f"{type(e).__name__}: {e}"[:300]})

@@ -100,6 +100,17 @@ def check(device, pool_id, live):
             print("  NOT IN POOL:", p)
             for h in history.get(p, ["(no op saw it)"]):
                 print("     ", h)
+            for seg in torch.cuda.memory_snapshot():
+                if seg["address"] <= p < seg["address"] + seg["total_size"]:
+                    addr = seg["address"]
+                    for blk in seg["blocks"]:
+                        if addr <= p < addr + blk["size"]:
+                            print(f"      now: segment pool {seg.get('segment_pool_id')} stream {seg.get('stream')}"
+                                  f" block at {addr} (+{p - addr}) size {blk['size']} state {blk['state']}")
+                        addr += blk["size"]
+            for w in live:
+                if w.data_ptr() == p:
+                    print("      weakref alive:", w() is not None)
         print("  live storages checked:", [w.data_ptr() for w in live])
         raise
 
@@ -151,11 +162,60 @@ def toy(q, k, v):
     return toy_fwd(q, k, v)[0]
 
 
+# --variant cudnn_op: te_compile's cuDNN path (graphs.forward / graphs.backward) inside a plain
+# @custom_op pair: is the pool error in the cuDNN execute path or in how te_compile's ops are registered?
+@torch.library.custom_op("te_probe::cfwd", mutates_args=())
+def cudnn_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    from te_compile.spec import AttentionSpec
+    if os.environ.get("PROBE_FWD") == "torch":  # the same outputs from torch's own cuDNN SDPA
+        o, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, True)[:2]
+        return o.clone(), lse.reshape(q.shape[:3]).float().clone()
+    return graphs.forward(q, k, v, None, AttentionSpec(mask="causal"))
+
+
+@cudnn_fwd.register_fake
+def _(q, k, v):
+    return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("te_probe::cbwd", mutates_args=())
+def cudnn_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+              lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    from te_compile.spec import AttentionSpec
+    if os.environ.get("PROBE_BWD") == "torch":  # no cuDNN in the backward: gradients wrong, pool behaviour shown
+        return do * lse.unsqueeze(-1).to(do.dtype), k * 1, v * 1
+    dq, dk, dv, _ = graphs.backward(do, q, k, v, o, lse, None, AttentionSpec(mask="causal"), False)
+    return dq, dk, dv
+
+
+@cudnn_bwd.register_fake
+def _(do, q, k, v, o, lse):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _csetup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs, *output)
+
+
+def _cbackward(ctx, dout, dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    return cudnn_bwd(dout, q, k, v, o, lse)
+
+
+cudnn_fwd.register_autograd(_cbackward, setup_context=_csetup)
+
+
+def cudnn_toy(q, k, v):
+    return cudnn_fwd(q, k, v)[0]
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--variant", default="train", choices=["train", "infer", "toy"])
+    p.add_argument("--variant", default="train", choices=["train", "infer", "toy", "te_ref", "cudnn_op", "infer_ref"])
     p.add_argument("--no-asserts", action="store_true")
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--prewarm", action="store_true", help="build the cuDNN graphs eagerly before compiling")
+    p.add_argument("--public", action="store_true", help="FE public execute only (graphs.RAW_EXECUTE = False)")
     a = p.parse_args()
     if a.no_asserts:
         torch._inductor.config.triton.slow_path_cudagraph_asserts = False
@@ -177,7 +237,25 @@ def main() -> int:
                 return 1
         print("RESULT toy ok")
         return 0
-    compiled = torch.compile(sdpa, backend=te_compile.backend(serve="always"), mode="reduce-overhead")
+    if a.public:
+        graphs.RAW_EXECUTE = False
+    if a.prewarm:
+        x = [torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3)]
+        (cudnn_toy if a.variant == "cudnn_op" else sdpa)(*x).sum().backward() if a.variant == "cudnn_op" else None
+        if a.variant != "cudnn_op":
+            from te_compile.spec import AttentionSpec
+            xd = [t.detach() for t in x]
+            o, lse = graphs.forward(*xd, None, AttentionSpec(mask="causal"))
+            graphs.backward(torch.randn_like(o), *xd, o, lse, None, AttentionSpec(mask="causal"), False)
+        torch.cuda.synchronize()
+        print("prewarmed: cached graphs", len(graphs.cache))
+    if a.variant == "cudnn_op":
+        compiled = torch.compile(cudnn_toy, mode="reduce-overhead")
+    elif a.variant == "te_ref":  # te_compile's ops and registration, the reference math inside
+        compiled = torch.compile(sdpa, backend=te_compile.backend(serve="always", target="reference"),
+                                 mode="reduce-overhead")
+    else:
+        compiled = torch.compile(sdpa, backend=te_compile.backend(serve="always"), mode="reduce-overhead")
     g = torch.Generator(device="cuda").manual_seed(0)
     worst = 0.0
     for step in range(a.steps):

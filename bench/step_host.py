@@ -47,6 +47,40 @@ def aten_ops(fn, n=5) -> list[str]:
             for e in rows[:25]]
 
 
+def parts(q, k, v, do, o, lse) -> None:
+    """Host µs of each layer of a steady-state te op call, outermost first (forward, then backward)."""
+    from te_compile import kernels
+    from te_compile.cudnn import graphs
+    from te_compile.spec import AttentionSpec
+
+    s = AttentionSpec(mask="causal")
+    key = s.key()
+    raw = (q, k, v, None)
+    plan = graphs._plans[graphs._sig("fwd", s, None, raw)]
+    built = plan[0]
+    h = graphs._handle(q.device)
+    out = torch.empty_like(o)
+    lse2 = torch.empty_like(lse)
+    ws = graphs._workspace(built.workspace, q.device)
+    rows = {
+        "op attn_fwd (dispatcher + Autograd kernel)": lambda: torch.ops.te_compile.attn_fwd(q, k, v, None, [], key),
+        "kernels.attn_fwd_cuda": lambda: kernels.attn_fwd_cuda(q, k, v, None, [], key),
+        "AttentionSpec.from_key": lambda: AttentionSpec.from_key(key),
+        "graphs.forward": lambda: graphs.forward(q, k, v, None, s),
+        "graphs._sig + _plans lookup": lambda: graphs._plans.get(graphs._sig("fwd", s, None, raw)),
+        "graphs._handle (set_stream)": lambda: graphs._handle(q.device),
+        "torch.empty_strided out": lambda: torch.empty_strided(o.shape, o.stride(), dtype=q.dtype, device=q.device),
+        "torch.empty lse": lambda: torch.empty(o.shape[:3], dtype=torch.float32, device=q.device),
+        "workspace alloc": lambda: graphs._workspace(built.workspace, q.device),
+        "_Built.run (raw execute)": lambda: built.run([q, k, v, out, lse2], ws, h),
+        "op attn_bwd": lambda: torch.ops.te_compile.attn_bwd(do, q, k, v, o, lse, None, [], key, False),
+        "kernels.attn_bwd_cuda": lambda: kernels.attn_bwd_cuda(do, q, k, v, o, lse, None, [], key, False),
+        "graphs.backward": lambda: graphs.backward(do, q, k, v, o, lse, None, s, False),
+    }
+    for name, f in rows.items():
+        print(f"part {name:44s} {min(host_us(f) for _ in range(3)):7.1f} us", flush=True)
+
+
 def main() -> int:
     import te_compile
     from te_compile.spec import AttentionSpec
@@ -54,6 +88,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="4,16,1024,64")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--parts", action="store_true", help="host us of each layer under the te ops")
     a = p.parse_args()
     import torch._inductor.config as ic
     ic.compile_threads = 1
@@ -66,8 +101,10 @@ def main() -> int:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     steps = {}
-    for name, be in (("te_compile", te_compile.backend(serve="always")), ("torch.compile", "inductor")):
-        f = torch.compile(fn, backend=be, dynamic=False)
+    for name, be, mode in (("te_compile", te_compile.backend(serve="always"), None), ("torch.compile", "inductor", None),
+                           ("te_compile cudagraphs", te_compile.backend(serve="always"), "reduce-overhead"),
+                           ("torch.compile cudagraphs", "inductor", "reduce-overhead")):
+        f = torch.compile(fn, backend=be, dynamic=False, mode=mode)
 
         def step(f=f):
             f(q, k, v).backward(do)
@@ -76,7 +113,7 @@ def main() -> int:
     for _ in range(3):  # alternate rounds, best of
         for name, step in steps.items():
             t = host_us(step)
-            print(f"step host {name:14s} {t:8.1f} us", flush=True)
+            print(f"step host {name:26s} {t:8.1f} us", flush=True)
     qd, kd, vd = q.detach(), k.detach(), v.detach()
     spec = AttentionSpec(mask="causal").key()
     o, lse = torch.ops.te_compile.attn_fwd(qd, kd, vd, None, [], spec)
@@ -104,7 +141,8 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001
                 print(f"call host {name:26s} error {type(e).__name__}: {str(e)[:100]}")
         for name, step in steps.items():
-            print(f"step host {name:14s} raw={raw!s:5s} {host_us(step):8.1f} us", flush=True)
+            if "cudagraphs" not in name:
+                print(f"step host {name:26s} raw={raw!s:5s} {host_us(step):8.1f} us", flush=True)
     graphs.RAW_EXECUTE = True
     # the two execute paths give the same numbers (same plan, same kernel)
     graphs.RAW_EXECUTE = False
@@ -113,12 +151,24 @@ def main() -> int:
     got = torch.ops.te_compile.attn_fwd(qd, kd, vd, None, [], spec)[0]
     raws = [type(b._raw).__name__ for b in graphs.cache._entries.values()]
     print("raw == public execute (fwd, bitwise):", bool(torch.equal(ref, got)), "executors:", raws)
+    if a.parts:
+        parts(qd, kd, vd, do, o, lse)
     if a.profile:
         for name, step in steps.items():
             print(f"--- ops issued per step: {name}")
             print("\n".join(aten_ops(step)))
         print("--- cProfile te_compile step")
         print_profile(steps["te_compile"], n=200, limit=30)
+    # wall time per step with syncs too (the GPU side included): CUDA graphs vs not
+    for name, step in steps.items():
+        for _ in range(10):
+            step()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(200):
+            step()
+        torch.cuda.synchronize()
+        print(f"step wall {name:26s} {(time.perf_counter() - t0) / 200 * 1e6:8.1f} us", flush=True)
     return 0
 
 

@@ -88,9 +88,10 @@ class Options:
             raise ValueError(f"unknown serve policy {self.serve!r}; expected one of {SERVE}")
 
 
-def _checker(target: str, serve: str = "fastest") -> Optional[Callable[..., Optional[str]]]:
+def _checker(target: str, serve: str = "fastest", cuda_graphs: bool = False) -> Optional[Callable[..., Optional[str]]]:
     """The support check the passes call for sites bound for cuDNN: can cuDNN serve it (cudnn/check.py),
-    and, under serve="fastest", is it faster there (cudnn/cost.py)."""
+    and, under serve="fastest", is it faster there (cudnn/cost.py; ``cuda_graphs``: the graph will run
+    under CUDA graphs, so host time per call does not count)."""
     if target != "auto":
         return None
     try:
@@ -104,7 +105,7 @@ def _checker(target: str, serve: str = "fastest") -> Optional[Callable[..., Opti
     from .cudnn.cost import slower_reason
 
     def check_and_cost(*args: Any) -> Optional[str]:
-        return check(*args) or slower_reason(*args)
+        return check(*args) or slower_reason(*args, cuda_graphs=cuda_graphs)
     return check_and_cost
 
 
@@ -161,8 +162,10 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     _graph_counter += 1
     _guard_requires_grad_flips()
     original = _copy_graph(gm.graph)
+    inductor_config = _inductor_config(options.inner, mode, inductor_options)
+    checker = _checker(options.target, options.serve, _uses_cuda_graphs(options.inner, inductor_config))
     try:
-        decisions = rewrite_graph(gm, options.target, _checker(options.target, options.serve), options.verify)
+        decisions = rewrite_graph(gm, options.target, checker, options.verify)
     except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
         # the rewrite may have stopped half-way: hand on the graph as Dynamo captured it
         gm.graph = original
@@ -185,7 +188,18 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
         log.info("te_compile: graph %d\n%s", report.index, Report([report]).table())
     if decisions:
         _trace_artifact(report)
-    return _inner_compile(options.inner, gm, example_inputs, _inductor_config(options.inner, mode, inductor_options))
+    return _inner_compile(options.inner, gm, example_inputs, inductor_config)
+
+
+def _uses_cuda_graphs(inner: str, inductor_config: Optional[dict]) -> bool:
+    """Will Inductor run this graph under CUDA graphs (mode="reduce-overhead" / "max-autotune", or
+    torch._inductor.config.triton.cudagraphs)?"""
+    if inner != "inductor":
+        return False
+    if inductor_config and "triton.cudagraphs" in inductor_config:
+        return bool(inductor_config["triton.cudagraphs"])
+    import torch._inductor.config as ic
+    return bool(ic.triton.cudagraphs)
 
 
 def _trace_artifact(report: GraphReport) -> None:

@@ -37,12 +37,13 @@ from .spec import AttentionSpec
 # call, and custom_op's Python layers (autograd_impl -> redispatch -> backend_impl -> the
 # disable-dynamo wrapper) cost ~35 µs of host time per call on the H200 machine.
 _lib = torch.library.Library("te_compile", "DEF")
-# cudagraph_unsafe: Inductor leaves graphs with these ops out of CUDA graphs (mode="reduce-overhead").
-# Recording them failed on the GPU machine ("storage data ptrs are not allocated in pool"), so
-# te_compile's graphs run without CUDA graphs and everything else keeps them.
-# TE_COMPILE_CUDAGRAPH_UNSAFE=0 drops the tag (diagnostics: bench/probe_cudagraphs.py).
-_TAGS = ((torch.Tag.pt2_compliant_tag,) if os.environ.get("TE_COMPILE_CUDAGRAPH_UNSAFE", "1") == "0"
-         else (torch.Tag.pt2_compliant_tag, torch.Tag.cudagraph_unsafe))
+# CUDA graphs (mode="reduce-overhead") record te_compile's ops: cuDNN's execute is capturable and
+# the kernels allocate nothing that outlives a call in the graph pool (see cudnn/graphs.py: the
+# first-execute cycle collection, _outside_cudagraph_pool). TE_COMPILE_CUDAGRAPH_UNSAFE=1 tags the ops
+# cudagraph_unsafe instead, so Inductor runs graphs holding them without CUDA graphs (an escape hatch
+# if recording ever fails; read at import).
+_TAGS = ((torch.Tag.pt2_compliant_tag, torch.Tag.cudagraph_unsafe)
+         if os.environ.get("TE_COMPILE_CUDAGRAPH_UNSAFE", "0") == "1" else (torch.Tag.pt2_compliant_tag,))
 _lib.define("attn_fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor[] extra, str spec) -> (Tensor, Tensor)",
             tags=_TAGS)
 _lib.define("attn_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? bias, "

@@ -109,3 +109,21 @@ def test_default_policy_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("TE_COMPILE_SERVE", "always")
     assert Options().serve == "always"
     assert te_compile.backend(serve="fastest").options.serve == "fastest"
+
+
+def test_under_cuda_graphs_only_the_kernels_count():
+    """mode="reduce-overhead" replays CUDA graphs: no host time per call on either side, so a short
+    softcap site (kept for its host time otherwise) is served, and plain SDPA (the same class of kernel
+    on both sides) is still kept."""
+    from te_compile.backend import _uses_cuda_graphs
+
+    q, k, v = _qkv(1, 8, 512, 64)
+    softcap = AttentionSpec(source="flex", score=SOFTCAP)
+    assert slower_reason(q, k, v, None, softcap, True, False) is not None
+    assert slower_reason(q, k, v, None, softcap, True, False, cuda_graphs=True) is None
+    why = slower_reason(q, k, v, None, AttentionSpec(mask="causal"), True, False, cuda_graphs=True)
+    assert why is not None and "under CUDA graphs" in why
+    assert _uses_cuda_graphs("inductor", {"triton.cudagraphs": True})
+    assert not _uses_cuda_graphs("inductor", {"max_autotune": True, "triton.cudagraphs": False})
+    assert not _uses_cuda_graphs("aot_eager", {"triton.cudagraphs": True})
+    assert _checker("auto", "fastest", cuda_graphs=True)(q, k, v, None, softcap, True, False) is None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import functools
+import gc
 import logging
 import threading
 import time
@@ -86,6 +87,13 @@ class _Built:
             self.graph.execute(buffers, workspace, handle=handle, tensor_uids=self.uids)
             if raw is _FIRST:
                 self._raw = _raw_executor(self.graph, self.uids)
+                # FE 1.32's first execute of a graph leaves a reference cycle that holds this call's
+                # buffers (q/k/v, out, lse, workspace) until Python's cycle collector runs. Under
+                # mode="reduce-overhead" those buffers live in the CUDA-graph pool: cudagraph trees then
+                # found the forward's lse (dead, but not yet collected) and refused to record ("storage
+                # data ptrs are not allocated in pool", H200, bench/probe_cudagraphs.py). Collecting here,
+                # once per built graph, frees them when their last real owner lets go.
+                gc.collect()
             return
         lowered, index, slots, n = raw
         ptrs = (ctypes.c_void_p * n)()
@@ -408,7 +416,35 @@ def _empty_rows_of_mask(mask_mod: str, L: int, S: int, device: torch.device) -> 
     grids = index_grids(1, 1, L, S, torch.device("cpu"))
     keep = ir.evaluate(ir.parse(mask_mod), grids).to(torch.bool).expand(1, 1, L, S)
     rows = ~keep.any(dim=-1)  # [1, 1, L]
-    return rows.to(device) if bool(rows.any()) else None
+    return _outside_cudagraph_pool(rows, device) if bool(rows.any()) else None
+
+
+def _outside_cudagraph_pool(t: Tensor, device: torch.device) -> Tensor:
+    """``t`` copied to ``device`` for a cache that outlives the call.
+
+    Under mode="reduce-overhead" the first (warm-up) call runs with every allocation of the calling
+    thread routed into the CUDA-graph pool (torch 2.11: ``_cuda_beginAllocateCurrentThreadToPool``,
+    whatever the stream), and cudagraph trees refuse to record while a pool block is held by anything
+    but a graph output ("tensor(s) in the cudagraph pool not tracked as outputs", H200). So the copy is
+    made on a short-lived thread, from the ordinary allocator, and finished before it is used (the
+    tensor is cached for good, so no later stream ever frees it)."""
+    if device.type != "cuda":
+        return t.to(device)
+    box: dict = {}
+
+    def copy() -> None:
+        try:
+            with torch.cuda.device(device):
+                box["out"] = t.to(device)
+                torch.cuda.current_stream(device).synchronize()
+        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+            box["err"] = e
+    th = threading.Thread(target=copy, name="te_compile-cache-copy")
+    th.start()
+    th.join()
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
 
 
 def _empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor]) -> Optional[Tensor]:
