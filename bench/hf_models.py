@@ -100,6 +100,7 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
     rep = te_compile.explain(model, **_inputs(ids, extra, False))  # decisions without CUDA graphs
     s = rep.summary()
     reasons = sorted({d.reason.split(":")[0] for d in rep.decisions if d.reason})
+    mode_arg = mode
     m = None if mode == "default" else mode
     fns = {"te_compile": torch.compile(model, backend="te_compile", mode=m), "torch.compile": torch.compile(model, mode=m)}
 
@@ -119,9 +120,13 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
     from te_compile.report import Report, record_reports
     for mode, mk in (("train", train), ("infer", infer)):
         best = {}
+        from torch._dynamo.utils import counters
         for name, f in fns.items():
+            skips = counters["inductor"]["cudagraph_skips"]
             with record_reports() as graphs:
                 mk(f)()  # compile
+            if mode_arg != "default":  # graphs Inductor ran without CUDA graphs (0: all recorded)
+                row[f"{mode}_cudagraph_skips_{name}"] = counters["inductor"]["cudagraph_skips"] - skips
             if name == "te_compile" and graphs:  # what the compiled model itself decided (mode included)
                 got = Report(list(graphs)).summary()
                 row[mode + "_sites"] = {k: got[k] for k in ("sites", "cudnn", "kept")}
@@ -135,7 +140,8 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
           f"train te {row['train']['te_compile']:7.2f} tc {row['train']['torch.compile']:7.2f} ms "
           f"{row['train_ratio']:.2f}x | infer te {row['infer']['te_compile']:7.2f} tc "
           f"{row['infer']['torch.compile']:7.2f} ms {row['infer_ratio']:.2f}x  {reasons} "
-          f"compiled: train {row.get('train_sites')} infer {row.get('infer_sites')}", flush=True)
+          f"compiled: train {row.get('train_sites')} infer {row.get('infer_sites')} "
+          f"{ {k: v for k, v in row.items() if 'skips' in k} }", flush=True)
     return row
 
 

@@ -22,12 +22,25 @@ import torch
 import torch.nn.functional as F
 
 
+#: torch.compile's mode for every implementation (--mode)
+MODE = None
+
+
 def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10) -> tuple[float, float]:
     """(median device ms, host µs) of one fwd+bwd step."""
+    mark = torch.compiler.cudagraph_mark_step_begin if MODE else (lambda: None)
+    mark()
     out = fn(*args)
     dout = torch.randn_like(out)
 
+    grads = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad] if MODE else []
+
     def step():
+        # under CUDA graphs: a new step (the first call's output above never ran its backward), and
+        # fresh .grad tensors (accumulating into the last replay's outputs is not allowed)
+        mark()
+        for a in grads:
+            a.grad = None
         o = fn(*args)
         o.backward(dout)
 
@@ -112,14 +125,22 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
     fns = {}
     cases = [("te_compile", "te_compile", fn), ("torch.compile", "inductor", fn)]
     cases += [(n, "inductor", f) for n, f in (others or {}).items()]
+    from torch._dynamo.utils import counters
+
+    from te_compile.report import Report, record_reports
     for impl, be, f0 in cases:
         try:
-            if impl == "te_compile":
-                rep = te_compile.explain(fn, *args)
+            fns[impl] = torch.compile(f0, backend=be, dynamic=False, mode=MODE)
+            before = (counters["stats"]["unique_graphs"], counters["inductor"]["cudagraph_skips"])
+            with record_reports() as graphs:
+                step_ms(fns[impl], args, 3)  # compile + warm
+            # graphs compiled and graphs run without CUDA graphs (under --mode reduce-overhead)
+            row.setdefault("graphs", {})[impl] = [counters["stats"]["unique_graphs"] - before[0],
+                                                  counters["inductor"]["cudagraph_skips"] - before[1]]
+            if impl == "te_compile":  # what the measured te_compile function decided (its mode included)
+                rep = Report(list(graphs))
                 row["served"] = rep.summary()["cudnn"]
                 row["reason"] = "; ".join(d.reason for d in rep.decisions if d.reason)[:160]
-            fns[impl] = torch.compile(f0, backend=be, dynamic=False)
-            step_ms(fns[impl], args, 3)  # compile + warm
         except Exception as e:  # noqa: BLE001 - a refused case is a row, not a failure
             row[impl] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
             fns.pop(impl, None)
@@ -140,7 +161,8 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
                else f"  {n} {o.get('error', '-')[:60]}")
     log(f"{name:24s} {str(row['shape']):24s} served {row.get('served', '?')}  te {te.get('ms', float('nan')):8.3f} ms "
         f"({te.get('host_us', float('nan')):6.0f} us host)  tc {tc.get('ms', float('nan')):8.3f} ms "
-        f"({tc.get('host_us', float('nan')):6.0f} us host)  {row['ratio'] or float('nan'):5.2f}x{vs}  {row.get('reason', '')}")
+        f"({tc.get('host_us', float('nan')):6.0f} us host)  {row['ratio'] or float('nan'):5.2f}x{vs}  "
+        f"graphs/skips {row.get('graphs')}  {row.get('reason', '')}")
     return row
 
 
@@ -153,7 +175,10 @@ def main() -> int:
     p.add_argument("--cases", default="", help="--part flex: only these variants (comma-separated names)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--flash", action="store_true", help="--part flex: add FlexAttention's FLASH backend (FA4) column")
+    p.add_argument("--mode", default=None, help="torch.compile mode for every implementation (e.g. reduce-overhead)")
     a = p.parse_args()
+    global MODE
+    MODE = a.mode
     import torch._inductor.config as ic
     ic.compile_threads = 1  # the compile workers' start-up slows the host side of measurements (cudnn-notes)
     rows = []

@@ -159,6 +159,28 @@ def test_bottom_right_causal(score):
     assert (lower(spec, (L, S)).band == (None, S - L)) == (score == "none"), spec
 
 
+@pytest.mark.parametrize("name,mm,band", [
+    ("abs <=", lambda b, h, q_, kv: torch.abs(q_ - kv) <= 32, (33, 32)),
+    ("abs <", lambda b, h, q_, kv: torch.abs(kv - q_) < 32, (32, 31)),
+    ("abs offset", lambda b, h, q_, kv: torch.abs(q_ - kv - 8) <= 32, (41, 24)),
+])
+def test_symmetric_window_is_a_native_band(name, mm, band):
+    """A bidirectional window spelled with abs (kv within W of q on both sides) runs as cuDNN's native
+    diagonal band (left and right bound; tile skipping) and matches eager flex."""
+    L = 256
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, H, L, 64, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+    dout = torch.randn(2, H, L, 64, device="cuda", generator=g)
+    bm = create_block_mask(mm, 1, 1, L, L, device="cuda")
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, block_mask=bm, return_lse=True)
+
+    report = _served_and_matches(fn, q, k, v, dout)
+    from te_compile.cudnn.lowering import lower
+    assert lower(report.decisions[0].spec, (L, L)).band == band, report.decisions[0].spec
+
+
 def test_changed_constant_reuses_the_built_graph():
     """softcap 30 then 20: the second runs the same cuDNN graphs (constants are pass-by-value
     inputs), with its own value (numerics vs the reference math in float32)."""

@@ -98,6 +98,14 @@ def test_check_accepts_supported_shapes_with_and_without_dbias():
     ("(and (ge (add q_idx 8) kv_idx) (le (sub q_idx kv_idx) 5))", (6, 8)),
     ("(gt q_idx kv_idx)", None),  # strictly causal: right of the diagonal excluded, in-graph mask
     ("(and (ge q_idx kv_idx) (eq (rem q_idx 2) 0))", None),
+    # symmetric windows spelled with abs: kv in [q - W, q + W]
+    ("(le (abs (sub q_idx kv_idx)) 64)", (65, 64)),
+    ("(lt (abs (sub kv_idx q_idx)) 64)", (64, 63)),
+    ("(ge 64 (abs (sub q_idx kv_idx)))", (65, 64)),
+    ("(le (abs (sub (sub q_idx kv_idx) 8)) 64)", (73, 56)),  # -56 <= q - kv <= 72
+    ("(le (abs (sub (sub q_idx kv_idx) 100)) 64)", None),  # 36 <= q - kv: the diagonal is masked
+    ("(le (abs (sub q_idx (mul kv_idx 2))) 64)", None),  # not a band
+    ("(ge (abs (sub q_idx kv_idx)) 64)", None),  # outside a window: not a band
 ])
 def test_native_band_recognition(mask, band):
     from te_compile.cudnn.lowering import lower

@@ -424,6 +424,8 @@ def _d_bounds(e: ir.Expr) -> tuple[Optional[int], Optional[int]]:
         return (max(los) if los else None, min(his) if his else None)
     if e.op not in _CMP or e.op in ("eq", "ne"):
         return (None, None)
+    if any(a.op == "abs" for a in e.args):
+        return _abs_bounds(e)
     x, y = _lin(e.args[0]), _lin(e.args[1])
     if x is None or y is None:
         return (None, None)
@@ -442,6 +444,26 @@ def _d_bounds(e: ir.Expr) -> tuple[Optional[int], Optional[int]]:
     if op == "le":
         return (None, t)
     return (None, t - 1)  # lt
+
+
+def _abs_bounds(e: ir.Expr) -> tuple[Optional[int], Optional[int]]:
+    """A symmetric window ``abs(q_idx - kv_idx + c) <= t`` (or ``<``, either side order) as bounds on
+    q_idx - kv_idx; (None, None) for any other use of abs."""
+    op, left, right = e.op, e.args[0], e.args[1]
+    if left.op != "abs":
+        left, right = right, left
+        op = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[op]
+    if left.op != "abs" or op not in ("le", "lt"):
+        return (None, None)
+    x, y = _lin(left.args[0]), _lin(right)
+    if x is None or y is None or y[0] or y[1]:
+        return (None, None)
+    a, b, c = x
+    t = y[2] - (1 if op == "lt" else 0)  # integer indices: |x| < t  <=>  |x| <= t - 1
+    if abs(a) != 1 or a != -b or t < 0:
+        return (None, None)
+    # |a*d + c| <= t  <=>  -t <= a*d + c <= t, with d = q_idx - kv_idx and a = +-1
+    return (-t - c, t - c) if a == 1 else (c - t, c + t)
 
 
 def _refs_input(e: ir.Expr) -> bool:
