@@ -90,3 +90,19 @@ def test_torch_compile_mode_and_options_reach_the_backend(caplog):
         out = torch.compile(fn, backend=lambda gm, ex: be(gm, ex, mode="reduce-overhead"))(q)
     torch.testing.assert_close(out, fn(q))
     assert "inner='aot_eager' ignores it" in caplog.text
+
+
+def test_ops_are_recordable_in_cuda_graphs_unless_opted_out():
+    """te_compile's ops carry no cudagraph_unsafe tag (mode="reduce-overhead" records them; GPU test in
+    test_cuda_graphs.py); TE_COMPILE_CUDAGRAPH_UNSAFE=1 tags them so Inductor leaves their graphs out."""
+    import subprocess
+    import sys
+
+    for op in (torch.ops.te_compile.attn_fwd.default, torch.ops.te_compile.attn_bwd.default):
+        assert torch.Tag.cudagraph_unsafe not in op.tags and torch.Tag.pt2_compliant_tag in op.tags
+    code = ("import torch, te_compile.ops; "
+            "print(torch.Tag.cudagraph_unsafe in torch.ops.te_compile.attn_fwd.default.tags)")
+    import os
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "TE_COMPILE_CUDAGRAPH_UNSAFE": "1"}).stdout
+    assert out.strip() == "True"
