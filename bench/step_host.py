@@ -77,6 +77,7 @@ def parts(q, k, v, do, o, lse) -> None:
         "kernels.attn_bwd_cuda": lambda: kernels.attn_bwd_cuda(do, q, k, v, o, lse, None, [], key, False),
         "graphs.backward": lambda: graphs.backward(do, q, k, v, o, lse, None, s, False),
     }
+    print(f"fwd graph workspace bytes: {built.workspace}")
     for name, f in rows.items():
         print(f"part {name:44s} {min(host_us(f) for _ in range(3)):7.1f} us", flush=True)
 
@@ -89,6 +90,7 @@ def main() -> int:
     p.add_argument("--shape", default="4,16,1024,64")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--parts", action="store_true", help="host us of each layer under the te ops")
+    p.add_argument("--parts-only", action="store_true", help="only --parts (no compiled steps)")
     a = p.parse_args()
     import torch._inductor.config as ic
     ic.compile_threads = 1
@@ -100,6 +102,14 @@ def main() -> int:
     def fn(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
+    if a.parts_only:
+        import te_compile.ops  # noqa: F401 - registers the ops
+        qd, kd, vd = q.detach(), k.detach(), v.detach()
+        o, lse = torch.ops.te_compile.attn_fwd(qd, kd, vd, None, [], AttentionSpec(mask="causal").key())
+        print("te_compile from", te_compile.__file__)
+        for r in range(2):
+            parts(qd, kd, vd, do, o, lse)
+        return 0
     steps = {}
     for name, be, mode in (("te_compile", te_compile.backend(serve="always"), None), ("torch.compile", "inductor", None),
                            ("te_compile cudagraphs", te_compile.backend(serve="always"), "reduce-overhead"),

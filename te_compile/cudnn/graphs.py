@@ -81,7 +81,8 @@ class _Built:
         self.graph, self.workspace, self.uids = graph, workspace, uids
         self._raw: Any = _FIRST  # the first execute goes the public way (it finishes any lazy build)
 
-    def run(self, buffers: Sequence[Tensor], workspace: Tensor, handle: Any) -> None:
+    def run(self, buffers: Sequence[Tensor], workspace: Optional[Tensor], handle: Any) -> None:
+        """``workspace`` may be None only where ``workspace_for`` returned None (no workspace, raw execute)."""
         raw = self._raw
         if raw is None or raw is _FIRST or not RAW_EXECUTE:
             self.graph.execute(buffers, workspace, handle=handle, tensor_uids=self.uids)
@@ -99,7 +100,15 @@ class _Built:
         ptrs = (ctypes.c_void_p * n)()
         for i, t in zip(slots, buffers):
             ptrs[i] = t.data_ptr()
-        lowered._execute_with_raw_ptrs(ctypes.addressof(ptrs), n, workspace.data_ptr(), handle.backend_handle or 0, index)
+        ws = 0 if workspace is None else workspace.data_ptr()
+        lowered._execute_with_raw_ptrs(ctypes.addressof(ptrs), n, ws, handle.backend_handle or 0, index)
+
+    def workspace_for(self, device: torch.device) -> Optional[Tensor]:
+        """The workspace for one execute: None (no allocation) when the graph needs no workspace and the
+        raw-pointer execute serves it (the public execute always gets a tensor)."""
+        if self.workspace == 0 and RAW_EXECUTE and self._raw is not None and self._raw is not _FIRST:
+            return None
+        return _workspace(self.workspace, device)
 
 
 #: steady-state execute through the backend graph's raw-pointer entry (False: FE's public execute)
@@ -487,13 +496,13 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
     sig = _sig("fwd", spec, None, raw)
     plan = _plans.get(sig)
     if plan is not None and _aligned(raw):
-        built, o_shape, o_stride, consts = plan
-        h = _handle(q.device)
-        out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
-        lse = torch.empty(o_shape[:3], dtype=torch.float32, device=q.device)
+        built, o_shape, o_stride, consts, lse_shape, lse_stride = plan
+        dev = q.device
+        h = _handle(dev)
+        out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=dev)
+        lse = torch.empty_strided(lse_shape, lse_stride, dtype=torch.float32, device=dev)
         buffers = [q, k, v, out, lse] + ([] if bias is None else [bias]) + list(inputs) + consts
-        ws = _workspace(built.workspace, q.device)
-        built.run(buffers, ws, h)
+        built.run(buffers, built.workspace_for(dev), h)
         return out, lse
     lw = lower(spec, (q.shape[2], k.shape[2]))
     if lw.unsupported:
@@ -526,7 +535,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
     built.run(buffers, ws, h)
     if (q is q0 and k is k0 and v is v0 and _same(bias, b4)
             and all(a is b for a, b in zip(inputs, inputs0))):
-        _remember(sig, (built, o_shape, o_stride, consts))
+        _remember(sig, (built, o_shape, o_stride, consts, (B, H, L), (H * L, L, 1)))
     return out, lse
 
 
@@ -578,8 +587,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
         if need_dbias:
             buffers.append(dbias)
         buffers += list(inputs) + consts
-        ws = _workspace(built.workspace, q.device)
-        built.run(buffers, ws, h)
+        built.run(buffers, built.workspace_for(q.device), h)
         return dq, dk, dv, dbias.contiguous()
     lw = lower(spec, (q.shape[2], k.shape[2]))
     if lw.unsupported:
