@@ -49,11 +49,13 @@ def _explain(argv: list[str]) -> int:
     p.add_argument("--inner", default="aot_eager", choices=["inductor", "aot_eager", "eager"])
     p.add_argument("--json", action="store_true", help="print report.to_dict() as JSON")
     p.add_argument("--code", action="store_true", help="also print the rewritten graph code")
+    p.add_argument("--mode", default=None, help="the torch.compile mode the model runs under (e.g. reduce-overhead: "
+                   "decide as under CUDA graphs)")
     a = p.parse_args(argv)
     fn, args, kwargs = _load(a.factory)
     t0 = time.perf_counter()
     print(f"te-compile: compiling {a.factory} (target {a.target}, inner {a.inner}) ...", file=sys.stderr, flush=True)
-    report = te_compile.explain(fn, *args, target=a.target, inner=a.inner, **kwargs)
+    report = te_compile.explain(fn, *args, target=a.target, inner=a.inner, mode=a.mode, **kwargs)
     print(f"te-compile: done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     if a.json:
         print(json.dumps(report.to_dict(), indent=1))

@@ -78,6 +78,9 @@ class Options:
     #: "fastest": serve a site on cuDNN only where the cost model (te_compile.cudnn.cost) says it beats
     #: torch.compile; "always": wherever cuDNN can serve it (default from TE_COMPILE_SERVE)
     serve: str = dataclasses.field(default_factory=_default_serve)
+    #: decide sites as if the graph runs under CUDA graphs (True) or not (False); None: from torch.compile's
+    #: mode / options and Inductor's config (te_compile.explain(mode=...) sets it for its aot_eager compile)
+    cuda_graphs: Optional[bool] = None
 
     def __post_init__(self) -> None:
         if self.inner not in INNER_COMPILERS:
@@ -163,7 +166,9 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     _guard_requires_grad_flips()
     original = _copy_graph(gm.graph)
     inductor_config = _inductor_config(options.inner, mode, inductor_options)
-    checker = _checker(options.target, options.serve, _uses_cuda_graphs(options.inner, inductor_config))
+    graphs_on = options.cuda_graphs if options.cuda_graphs is not None else _uses_cuda_graphs(options.inner,
+                                                                                               inductor_config)
+    checker = _checker(options.target, options.serve, graphs_on)
     try:
         decisions = rewrite_graph(gm, options.target, checker, options.verify)
     except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
@@ -220,7 +225,7 @@ def _trace_artifact(report: GraphReport) -> None:
 
 
 def backend(inner: str = "inductor", target: str = "auto", verify: bool = False,
-            serve: Optional[str] = None) -> Callable:
+            serve: Optional[str] = None, cuda_graphs: Optional[bool] = None) -> Callable:
     """A Dynamo backend with options, for ``torch.compile(model, backend=te_compile.backend(...))``.
 
     inner:  "inductor" (default), "aot_eager" or "eager": what compiles the rewritten graph.
@@ -231,8 +236,11 @@ def backend(inner: str = "inductor", target: str = "auto", verify: bool = False,
     serve:  "fastest" (default; or TE_COMPILE_SERVE): rewrite a CUDA site only where te_compile's cost
             model (te_compile.cudnn.cost, calibrated on the H200) says cuDNN beats torch.compile;
             the report says "kept for speed" otherwise. "always": wherever cuDNN can serve it.
+    cuda_graphs: None (default): the cost model learns from torch.compile's mode whether the graph runs
+            under CUDA graphs (then host time does not count); True / False overrides that.
     """
-    options_ = Options(inner=inner, target=target, verify=verify, **({"serve": serve} if serve else {}))
+    options_ = Options(inner=inner, target=target, verify=verify, cuda_graphs=cuda_graphs,
+                       **({"serve": serve} if serve else {}))
     # one callable per set of options: Dynamo guards on the backend's identity (BACKEND_MATCH), so a new
     # callable per call recompiled every block of `for blk in layers: torch.compile(blk,
     # backend=te_compile.backend(...))` and ran the blocks past the recompile limit (8) eagerly

@@ -58,17 +58,30 @@ _ISOLATE = "isolate_recompiles" in inspect.signature(torch.compile).parameters
 
 
 def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_eager",
-            verify: bool = False, serve: Optional[str] = None, **kwargs: Any) -> Report:
+            verify: bool = False, serve: Optional[str] = None, mode: Optional[str] = None,
+            **kwargs: Any) -> Report:
     """Compile ``fn`` (a module or function) with te_compile, call it once on ``args``, and report.
 
     Uses ``aot_eager`` by default (the decisions do not depend on the inner compiler, and it is
     quicker); pass ``inner="inductor"`` to see exactly what ``torch.compile`` would run. Calling it
     again and again on one model does not use up the model's recompile budget (each call's compiled
     entries are its own). If Dynamo compiled no graph at all, the report says so.
+
+    ``mode``: the ``torch.compile`` mode the model will run under; the decisions follow it (under CUDA
+    graphs, ``mode="reduce-overhead"``, the cost model counts kernel time only). With ``inner="inductor"``
+    it is also passed to the compile.
     """
-    be = backend(inner=inner, target=target, verify=verify, serve=serve)
+    cuda_graphs = None
+    if mode is not None and mode != "default":
+        from torch._inductor import list_mode_options
+        cuda_graphs = bool(list_mode_options(mode).get("triton.cudagraphs", False))
+    be = backend(inner=inner, target=target, verify=verify, serve=serve, cuda_graphs=cuda_graphs)
+    if mode is not None and inner == "inductor":
+        extra_mode = {"mode": mode}
+    else:
+        extra_mode = {}
     with _own_entries(fn) as (entry, extra), record_reports() as graphs:
-        torch.compile(entry, backend=be, **extra)(*args, **kwargs)
+        torch.compile(entry, backend=be, **extra, **extra_mode)(*args, **kwargs)
     report = Report(list(graphs))
     if not graphs:
         report.note = ("Dynamo compiled no graph: the call ran eagerly (torch.compiler.disable, a recompile "

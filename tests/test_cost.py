@@ -127,3 +127,34 @@ def test_under_cuda_graphs_only_the_kernels_count():
     assert not _uses_cuda_graphs("inductor", {"max_autotune": True, "triton.cudagraphs": False})
     assert not _uses_cuda_graphs("aot_eager", {"triton.cudagraphs": True})
     assert _checker("auto", "fastest", cuda_graphs=True)(q, k, v, None, softcap, True, False) is None
+
+
+def test_backend_and_explain_follow_cuda_graphs(monkeypatch):
+    """The decision under CUDA graphs follows the backend's options: a short softcap flex site is kept for
+    host time by default and served when the graph runs under CUDA graphs; explain(mode=...) asks the
+    backend for the same (Options.cuda_graphs), so its report matches the compiled model's."""
+    import sys
+
+    from te_compile.backend import Options, backend
+
+    q = _t(1, 8, 512, 64)
+    softcap = AttentionSpec(source="flex", score=SOFTCAP)
+    for graphs_on, served in ((False, False), (True, True)):
+        why = _checker("auto", "fastest", graphs_on)(q, q, q, None, softcap, True, False)
+        assert (why is None) == served, why
+    assert backend(cuda_graphs=True).options == Options(cuda_graphs=True)
+    assert backend(cuda_graphs=True) is backend(cuda_graphs=True) is not backend()
+
+    explain_mod = sys.modules["te_compile.explain"]
+    seen = []
+    real = explain_mod.backend
+
+    def spy(**kw):
+        seen.append(kw.get("cuda_graphs"))
+        return real(**kw)
+    monkeypatch.setattr(explain_mod, "backend", spy)
+    fn = lambda x: x * 2  # noqa: E731 - no attention needed: the options are what is checked
+    for mode in (None, "reduce-overhead", "max-autotune-no-cudagraphs"):
+        torch._dynamo.reset()
+        explain_mod.explain(fn, torch.randn(2), mode=mode)
+    assert seen == [None, True, False]
