@@ -24,10 +24,15 @@ import torch.nn.functional as F
 
 #: torch.compile's mode for every implementation (--mode)
 MODE = None
+#: forward-only steps on inputs that need no gradient (--infer): inference as users run it
+INFER = False
 
 
-def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10) -> tuple[float, float]:
-    """(median device ms, host µs) of one fwd+bwd step."""
+def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10) -> tuple[float, float, float]:
+    """(median device ms of one step between events, host µs per step, ms per step of a loop of
+    ``iters`` steps timed as a whole) of one fwd+bwd step (forward only with --infer). The loop time
+    is the throughput a training loop sees: on host-bound steps the per-step events also time the
+    gaps where the GPU waits for the host, and their median is noisier."""
     mark = torch.compiler.cudagraph_mark_step_begin if MODE else (lambda: None)
     mark()
     out = fn(*args)
@@ -42,7 +47,8 @@ def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10) -> tuple[flo
         for a in grads:
             a.grad = None
         o = fn(*args)
-        o.backward(dout)
+        if not INFER:
+            o.backward(dout)
 
     for _ in range(warmup):
         step()
@@ -59,16 +65,23 @@ def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10) -> tuple[flo
         step()
     host = (time.perf_counter() - t0) / iters * 1e6
     torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(iters):
+        step()
+    b.record()
+    torch.cuda.synchronize()
+    loop = a.elapsed_time(b) / iters
     for a in args:
         if isinstance(a, torch.Tensor):
             a.grad = None
-    return dev, host
+    return dev, host, loop
 
 
 def _qkv(B, H, L, D, Hkv=None):
     g = torch.Generator(device="cuda").manual_seed(0)
     Hkv = Hkv or H
-    return [torch.randn(B, h, L, D, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_()
+    return [torch.randn(B, h, L, D, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(not INFER)
             for h in (H, Hkv, Hkv)]
 
 
@@ -145,14 +158,22 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
             row[impl] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
             fns.pop(impl, None)
     best: dict = {}
+    loops: dict = {}
     for _ in range(rounds):
         for impl, f in fns.items():
-            dev, host = step_ms(f, args, iters)
+            dev, host, loop = step_ms(f, args, iters)
+            loops.setdefault(impl, []).append(loop)
             if impl not in best or dev < best[impl]["ms"]:
                 best[impl] = {"ms": dev, "host_us": host}
+    for impl, ls in loops.items():
+        best[impl]["loop_ms"] = statistics.median(ls)
     row.update(best)
     te, tc = row.get("te_compile", {}), row.get("torch.compile", {})
     row["ratio"] = tc["ms"] / te["ms"] if "ms" in te and "ms" in tc else None
+    row["loop_ratio"] = tc["loop_ms"] / te["loop_ms"] if "loop_ms" in te and "loop_ms" in tc else None
+    ctl = row.get("control", {})
+    if "ms" in ctl and "ms" in tc:  # the same plain torch.compile twice: the noise floor of the ratio
+        row["control_aa"] = [tc["ms"] / ctl["ms"], tc["loop_ms"] / ctl["loop_ms"]]
     vs = ""
     for n in others or {}:
         o = row.get(n, {})
@@ -161,8 +182,10 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
                else f"  {n} {o.get('error', '-')[:60]}")
     log(f"{name:24s} {str(row['shape']):24s} served {row.get('served', '?')}  te {te.get('ms', float('nan')):8.3f} ms "
         f"({te.get('host_us', float('nan')):6.0f} us host)  tc {tc.get('ms', float('nan')):8.3f} ms "
-        f"({tc.get('host_us', float('nan')):6.0f} us host)  {row['ratio'] or float('nan'):5.2f}x{vs}  "
-        f"graphs/skips {row.get('graphs')}  {row.get('reason', '')}")
+        f"({tc.get('host_us', float('nan')):6.0f} us host)  {row['ratio'] or float('nan'):5.2f}x "
+        f"(loop {row['loop_ratio'] or float('nan'):4.2f}x){vs}  "
+        + (f"  A/A {row['control_aa'][0]:4.2f}x (loop {row['control_aa'][1]:4.2f}x)" if "control_aa" in row else "")
+        + f"  graphs/skips {row.get('graphs')}  {row.get('reason', '')}")
     return row
 
 
@@ -176,9 +199,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--flash", action="store_true", help="--part flex: add FlexAttention's FLASH backend (FA4) column")
     p.add_argument("--mode", default=None, help="torch.compile mode for every implementation (e.g. reduce-overhead)")
+    p.add_argument("--infer", action="store_true", help="forward-only steps on inputs that need no gradient")
+    p.add_argument("--control", action="store_true",
+                   help="add a second plain torch.compile column: its ratio to the first is the noise floor")
     a = p.parse_args()
-    global MODE
-    MODE = a.mode
+    global MODE, INFER
+    MODE, INFER = a.mode, a.infer
     import torch._inductor.config as ic
     ic.compile_threads = 1  # the compile workers' start-up slows the host side of measurements (cudnn-notes)
     rows = []
@@ -189,7 +215,7 @@ def main() -> int:
                              (1, 16384, 128, 16)):
             args = _qkv(B, 16, L, D, Hkv)
             for name, fn in sdpa_variants().items():
-                rows.append(measure_pair(name, fn, args, a.iters, log))
+                rows.append(measure_pair(name, fn, args, a.iters, log, others={"control": fn} if a.control else None))
             if Hkv == 16 and L in (1024, 4096, 8192):
                 # masks: a bool padding mask, a frozen float bias, a learned float bias
                 g = torch.Generator(device="cuda").manual_seed(1)
@@ -208,15 +234,26 @@ def main() -> int:
         for name, fn in flex_variants(H, L).items():
             if wanted and name.removeprefix("flex ") not in wanted:
                 continue
-            others = {"FLASH": flash[name]} if name in flash else None
+            others = {"FLASH": flash[name]} if name in flash else {}
+            if a.control:
+                others["control"] = fn
             rows.append(measure_pair(name, fn, args, a.iters, log, rounds=a.rounds, others=others))
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
         log(f"geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x over {len(ratios)} rows, "
             f"min {min(ratios):.2f}x")
-    fr = [r["ratio_vs_FLASH"] for r in rows if r.get("ratio_vs_FLASH")]
-    if fr:
-        log(f"vs FLASH: geomean {math.exp(sum(map(math.log, fr)) / len(fr)):.2f}x over {len(fr)} rows, min {min(fr):.2f}x")
+    lr = [r["loop_ratio"] for r in rows if r.get("loop_ratio")]
+    if lr:
+        log(f"loop throughput: geomean {math.exp(sum(map(math.log, lr)) / len(lr)):.2f}x, min {min(lr):.2f}x")
+    aa = [r["control_aa"] for r in rows if r.get("control_aa")]
+    if aa:
+        log(f"A/A (torch.compile vs itself): events {min(x[0] for x in aa):.2f}-{max(x[0] for x in aa):.2f}x, "
+            f"loop {min(x[1] for x in aa):.2f}-{max(x[1] for x in aa):.2f}x")
+    for other in ("FLASH",):
+        fr = [r[f"ratio_vs_{other}"] for r in rows if r.get(f"ratio_vs_{other}")]
+        if fr:
+            log(f"vs {other}: geomean {math.exp(sum(map(math.log, fr)) / len(fr)):.2f}x over {len(fr)} rows, "
+                f"min {min(fr):.2f}x, max {max(fr):.2f}x")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
