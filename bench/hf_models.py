@@ -91,7 +91,8 @@ def _time(fn, iters: int) -> float:
     return statistics.median(a.elapsed_time(b) for a, b in ev)
 
 
-def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mode: str = "default") -> dict:
+def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mode: str = "default",
+          control: bool = False) -> dict:
     import te_compile
 
     model, extra = _model(kind, impl)
@@ -103,6 +104,8 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
     mode_arg = mode
     m = None if mode == "default" else mode
     fns = {"te_compile": torch.compile(model, backend="te_compile", mode=m), "torch.compile": torch.compile(model, mode=m)}
+    if control:  # plain torch.compile a second time: its ratio to the first is the noise floor (A/A)
+        fns["control"] = torch.compile(model, mode=m)
 
     def train(f):
         def step():
@@ -136,10 +139,14 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
                 best[name] = min(best.get(name, t), t)
         row[mode] = best
         row[mode + "_ratio"] = best["torch.compile"] / best["te_compile"]
+        if "control" in best:
+            row[mode + "_aa"] = best["torch.compile"] / best["control"]
     print(f"{kind:8s} {impl:15s} sites {s['sites']:2d} cudnn {s['cudnn']:2d} kept {s['kept']:2d}  "
           f"train te {row['train']['te_compile']:7.2f} tc {row['train']['torch.compile']:7.2f} ms "
           f"{row['train_ratio']:.2f}x | infer te {row['infer']['te_compile']:7.2f} tc "
-          f"{row['infer']['torch.compile']:7.2f} ms {row['infer_ratio']:.2f}x  {reasons} "
+          f"{row['infer']['torch.compile']:7.2f} ms {row['infer_ratio']:.2f}x  "
+          + (f"A/A train {row['train_aa']:.2f}x infer {row['infer_aa']:.2f}x  " if control else "")
+          + f"{reasons} "
           f"compiled: train {row.get('train_sites')} infer {row.get('infer_sites')} "
           f"{ {k: v for k, v in row.items() if 'skips' in k} }", flush=True)
     return row
@@ -154,6 +161,7 @@ def main() -> int:
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--mode", default="default", help="torch.compile mode for both (e.g. reduce-overhead)")
     p.add_argument("--impls", default="sdpa,flex_attention")
+    p.add_argument("--control", action="store_true", help="a second plain torch.compile column (the A/A noise floor)")
     a = p.parse_args()
     import torch._inductor.config as ic
     ic.compile_threads = 1
@@ -161,7 +169,7 @@ def main() -> int:
     for kind in a.models.split(","):
         for impl in a.impls.split(","):
             try:
-                rows.append(bench(kind, impl, a.batch, a.seq, a.iters, mode=a.mode))
+                rows.append(bench(kind, impl, a.batch, a.seq, a.iters, mode=a.mode, control=a.control))
             except Exception as e:  # noqa: BLE001 - report the row, go on
                 print(f"{kind:8s} {impl:15s} error {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
                 rows.append({"model": kind, "impl": impl, "error": f"{type(e).__name__}: {e}"[:300]})
@@ -169,6 +177,9 @@ def main() -> int:
         r = [x[mode + "_ratio"] for x in rows if mode + "_ratio" in x]
         if r:
             print(f"{mode}: geomean {math.exp(sum(map(math.log, r)) / len(r)):.2f}x, min {min(r):.2f}x over {len(r)}")
+        aa = [x[mode + "_aa"] for x in rows if mode + "_aa" in x]
+        if aa:
+            print(f"{mode} A/A (torch.compile vs itself): {min(aa):.2f}-{max(aa):.2f}x")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
