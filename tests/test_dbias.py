@@ -135,6 +135,45 @@ def test_requires_grad_flip_after_compiling(start_learned):
     assert torch._dynamo.config.skip_tensor_guards_with_matching_dict_tags is True
 
 
+@pytest.mark.parametrize("case", ["plain", "causal", "learned bias", "frozen bias", "kept"])
+def test_parameter_guards_only_where_a_served_site_reads_more_than_qkv(monkeypatch, case):
+    """te_compile turns Dynamo's dict-tag guard skip off (guards on every parameter, host time on every
+    call) only for frames with a served site that reads a tensor besides q/k/v (an SDPA attn_mask, a flex
+    score_mod / mask_mod's captured tensors): their graphs depend on that tensor's requires_grad. A frame
+    whose sites are all kept, or served on q/k/v alone, keeps Dynamo's default like plain torch.compile."""
+    import importlib
+
+    import te_compile
+
+    be = importlib.import_module("te_compile.backend")  # the module (te_compile.backend is the function)
+    calls = []
+    monkeypatch.setattr(be, "_guard_requires_grad_flips", lambda: calls.append(1))
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+            self.bias = torch.nn.Parameter(torch.randn(1, 2, 8, 8), requires_grad=case == "learned bias")
+
+        def forward(self, q, k, v):
+            q = self.proj(q)
+            if case in ("learned bias", "frozen bias"):
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias)
+            if case == "kept":
+                return F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=case == "causal")
+
+    from te_compile.report import record_reports
+
+    torch._dynamo.reset()
+    compiled = torch.compile(M(), backend=te_compile.backend(inner="aot_eager", target="reference"))
+    with record_reports() as graphs:
+        compiled(*_qkv()).sum().backward()
+    served = [d for g in graphs for d in g.decisions if d.rewrite]
+    assert len(served) == (0 if case == "kept" else 1)
+    assert len(calls) == (1 if case in ("learned bias", "frozen bias") else 0)
+
+
 def test_importing_te_compile_leaves_dynamo_config_alone():
     import subprocess
     import sys
