@@ -225,3 +225,60 @@ def test_document_mask_on_cudnn(score, monkeypatch):
 
     report = _served_and_matches(fn, q, k, v, dout)
     assert "materialize_mask" in report.code()
+
+
+PREFIX_MASKS = {
+    "kv_lt_or_causal": lambda P: (lambda b, h, q, kv: (kv < P) | (q >= kv)),
+    "causal_or_gt": lambda P: (lambda b, h, q, kv: (kv <= q) | (P > kv)),
+}
+
+
+@pytest.mark.parametrize("spelling", list(PREFIX_MASKS))
+@pytest.mark.parametrize("L,S,P,hkv,bshd", [
+    (256, 256, 64, H, False),   # tile-aligned prefix
+    (256, 256, 100, H, False),  # a prefix that ends inside a tile
+    (200, 256, 72, H, False),   # fewer queries than keys
+    (256, 192, 50, H, False),   # more queries than keys
+    (256, 256, 100, 2, True),   # GQA, BSHD layout (the model's transpose)
+])
+def test_prefix_lm_runs_as_two_native_calls(spelling, L, S, P, hkv, bshd):
+    """A prefix-LM mask (bidirectional over the first P keys, causal after them) runs as every query over
+    the prefix keys plus the later queries over the later keys with native causal, merged by lse
+    (te_compile.cudnn.prefix), and matches eager flex: out, lse, and q/k/v gradients with a loss that reads
+    the lse too (the dlse path of both calls)."""
+    from te_compile.cudnn import prefix
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rnd(h, n):
+        if bshd:
+            return torch.randn(2, n, h, 64, device="cuda", generator=g, dtype=torch.bfloat16).transpose(1, 2)
+        return torch.randn(2, h, n, 64, device="cuda", generator=g, dtype=torch.bfloat16)
+    q, k, v = rnd(H, L), rnd(hkv, S), rnd(hkv, S)
+    dout = torch.randn(2, H, L, 64, device="cuda", generator=g)
+    dlse = torch.randn(2, H, L, device="cuda", generator=g)
+    bm = create_block_mask(PREFIX_MASKS[spelling](P), 1, 1, L, S, device="cuda")
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, block_mask=bm, return_lse=True, enable_gqa=hkv != H)
+
+    torch._dynamo.reset()
+    report = te_compile.explain(fn, q, k, v)
+    assert [d.runs_on for d in report.decisions] == ["cudnn"], str(report)
+    sp = prefix.split(report.decisions[0].spec, L, S)
+    assert sp is not None and sp.keys == P, report.decisions[0].spec
+
+    def run(f, args):
+        args = [a.detach().requires_grad_() for a in args]
+        out, lse = f(*args)
+        ((out.float() * dout).sum() + (lse.float() * dlse).sum()).backward()
+        return [out.detach().float(), lse.detach().float()] + [a.grad.float() for a in args]
+
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a reference fallback would warn
+        got = run(compiled, [q, k, v])
+    want = run(fn, [q.float(), k.float(), v.float()])
+    errs = {"out": rel_err(got[0], want[0]), "lse": (got[1] - want[1]).abs().max().item()}
+    errs.update({n: rel_err(a, b) for n, a, b in zip("qkv", got[2:], want[2:])})
+    assert max(errs.values()) <= TOL * 2.5, errs

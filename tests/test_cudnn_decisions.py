@@ -115,6 +115,36 @@ def test_native_band_recognition(mask, band):
     assert lower(AttentionSpec(mask_mod=mask, score="(mul score 2.0)", source="flex")).band is None
 
 
+@pytest.mark.parametrize("L,S,mask,keys", [
+    (4096, 4096, "(or (lt kv_idx 512) (ge q_idx kv_idx))", 512),
+    (4096, 4096, "(or (ge q_idx kv_idx) (lt kv_idx 512))", 512),   # either order
+    (4096, 4096, "(or (le kv_idx 511) (le kv_idx q_idx))", 512),   # <= spellings
+    (4096, 4096, "(or (gt 512 kv_idx) (ge q_idx kv_idx))", 512),   # the constant first
+    (200, 256, "(or (lt kv_idx 72) (ge q_idx kv_idx))", 72),       # L < S
+    (4096, 4096, "(or (gt 512 kv_idx) (gt q_idx kv_idx))", None),  # strict causal: no top-left causal tail
+    (4096, 4096, "(or (lt kv_idx 512) (ge q_idx (sub kv_idx 2)))", None),  # q - kv >= -2
+    (4096, 4096, "(or (lt q_idx 512) (ge q_idx kv_idx))", None),          # a query bound, not a key bound
+    (4096, 4096, "(and (lt kv_idx 512) (ge q_idx kv_idx))", None),        # and, not or
+    (4096, 4096, "(or (lt kv_idx 5000) (ge q_idx kv_idx))", None),        # the prefix covers every key
+    (4096, 4096, "(or (gt kv_idx 512) (ge q_idx kv_idx))", None),         # a lower key bound
+])
+def test_prefix_split_recognition(L, S, mask, keys):
+    """A prefix-LM mask splits into every query over the prefix keys (no mask) and the later queries over
+    the later keys (top-left causal, a native band) (te_compile.cudnn.prefix)."""
+    from te_compile.cudnn import prefix
+    from te_compile.cudnn.lowering import lower
+
+    spec = AttentionSpec(mask_mod=mask, source="flex")
+    sp = prefix.split(spec, L, S)
+    assert (None if sp is None else sp.keys) == keys
+    if sp is not None:
+        assert sp.prefix.mask_mod == "" and lower(sp.prefix, (L, keys)).band is None
+        assert lower(sp.causal, (L - keys, S - keys)).band == (None, 0)
+        assert sp.prefix.scale == spec.scale and sp.causal.source == "flex"
+    # a score_mod keeps the mask emitted (no split)
+    assert prefix.split(AttentionSpec(mask_mod=mask, score="(mul (tanh score) 2.0)", source="flex"), L, S) is None
+
+
 def test_emission_support_reasons():
     from te_compile.cudnn.lowering import lower
 

@@ -16,6 +16,7 @@ import torch
 
 from ..layout import contiguous_strides, like_layout_strides
 from ..spec import AttentionSpec
+from . import prefix
 from .lowering import lower
 
 #: largest head dim cuDNN's sm90 SDPA serves forward *and* backward (cuDNN 9.x)
@@ -88,6 +89,15 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
     io = graphs._IO_TYPES[getattr(torch, dtype.replace("torch.", ""))]
     q, k, v = qkv
     B, H, L, _ = q[0]
+    sp = prefix.split(spec, L, k[0][2]) if bias_meta is None else None
+    if sp is not None:  # a prefix-LM mask runs as two native calls: check those
+        P, S = sp.keys, k[0][2]
+
+        def rows(m, n):
+            return ((*m[0][:2], n, m[0][3]), m[1])
+        return (_validate(sp.prefix, (q, rows(k, P), rows(v, P)), None, dtype, needs_grad, need_dbias)
+                or _validate(sp.causal, (rows(q, L - P), rows(k, S - P), rows(v, S - P)), None, dtype,
+                             needs_grad, need_dbias))
     o_shape = (B, H, L, v[0][3])
     o_meta = (o_shape, like_layout_strides(o_shape, torch.empty_strided(q[0], q[1], device="meta")))
     inputs = tuple(((B, H, 1, 1), (H, 1, 1, 1)) for _ in range(spec.n_inputs))

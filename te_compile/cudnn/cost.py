@@ -27,6 +27,7 @@ from typing import Optional
 import torch
 
 from ..spec import AttentionSpec
+from . import prefix
 from .lowering import lower
 
 #: cuDNN SDPA throughput te_compile reaches (fwd+bwd FLOPs / time; 2x16x4096x128 no mask: 962 GFLOP in 1.84 ms)
@@ -54,7 +55,12 @@ SPEED_RATIO = {
     "flex additive score_mod + mask": 0.80,  # ALiBi + causal: cuDNN computes every tile (1.95 vs 1.56 step)
     "flex emitted mask": 0.27,  # a mask cuDNN cannot skip tiles for (prefix-LM: 5.55 vs 1.49 step)
     "flex gathered bias": 2.2,  # a relative-position table materialized as a bias (2.2x)
+    # a prefix-LM mask as two native calls and an lse merge (te_compile.cudnn.prefix): 1.63 ms per step vs
+    # Inductor's 1.49 (H200, 2x16x4096x128, mode="reduce-overhead"; the emitted mask was 5.5 ms): kept
+    "flex prefix split": 0.91,
 }
+#: extra host time of the prefix split per step (two op calls and the row copies instead of one op), ms
+SPLIT_HOST_MS = {"train": 0.25, "infer": 0.08}
 
 
 def _concrete(*dims) -> Optional[tuple[int, ...]]:
@@ -70,6 +76,13 @@ def site_class(spec: AttentionSpec, bias: Optional[torch.Tensor], need_dbias: bo
         if bias is None:
             return "sdpa", 0.5 if spec.is_causal else 1.0
         return ("sdpa learned bias" if need_dbias else "sdpa mask"), 1.0
+    sp = prefix.split(spec, L, S) if bias is None else None
+    if sp is not None:
+        P = sp.keys
+        m = min(L, S) - P
+        # every row sees the P prefix keys (call A); rows q >= P see a causal triangle of the rest (call B)
+        seen = L * P + m * (m + 1) // 2 + max(0, L - S) * (S - P)
+        return "flex prefix split", seen / (L * S)
     lw = lower(spec, (L, S))
     if bias is not None and not spec.empty_rows:
         return "flex gathered bias", 1.0
@@ -103,6 +116,8 @@ def estimate(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: b
     kernel_tc = kernel_te * SPEED_RATIO[cls]
     mode = "train" if needs_grad else "infer"
     host = {"te_compile": 0.0, "torch.compile": 0.0} if cuda_graphs else {n: HOST_MS[n][mode] for n in HOST_MS}
+    if cls == "flex prefix split" and not cuda_graphs:
+        host["te_compile"] += SPLIT_HOST_MS[mode]
     return {"class": cls, "te_compile": max(host["te_compile"], kernel_te),
             "torch.compile": max(host["torch.compile"], kernel_tc)}
 
@@ -121,4 +136,4 @@ def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbi
             "calibration); te_compile.backend(serve='always') serves it anyway")
 
 
-__all__ = ["estimate", "slower_reason", "site_class", "SPEED_RATIO", "HOST_MS", "TE_TFLOPS"]
+__all__ = ["estimate", "slower_reason", "site_class", "SPEED_RATIO", "HOST_MS", "SPLIT_HOST_MS", "TE_TFLOPS"]

@@ -34,6 +34,7 @@ import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 from ..layout import contiguous_strides, empty_like_layout, like_layout_strides
 from ..spec import AttentionSpec
 from .emit import Emitter, structure
+from . import prefix
 from .lowering import Lowering, lower
 
 log = logging.getLogger("te_compile")
@@ -485,6 +486,10 @@ def _fix_empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Te
 
 def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
             inputs=()) -> tuple[Tensor, Tensor]:
+    if spec.mask_mod and not spec.score and bias is None:
+        sp = prefix.split(spec, q.shape[2], k.shape[2])
+        if sp is not None:  # a prefix-LM mask: two native calls (te_compile.cudnn.prefix)
+            return prefix.forward(forward, q, k, v, sp)
     out, lse = _forward(q, k, v, bias, spec, inputs)
     _fix_empty_rows(spec, q, k, bias, out, lse)
     return out, lse
@@ -564,6 +569,10 @@ def _with_dlse(dout: Tensor, v: Tensor, out: Tensor, dlse: Tensor) -> tuple[Tens
 def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
              spec: AttentionSpec, need_dbias: bool, inputs=(), dlse: Optional[Tensor] = None
              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    if spec.mask_mod and not spec.score and bias is None:
+        sp = prefix.split(spec, q.shape[2], k.shape[2])
+        if sp is not None:  # a prefix-LM mask: two native calls (te_compile.cudnn.prefix)
+            return prefix.backward(backward, dout, q, k, v, out, lse, sp, dlse)
     if spec.mask_mod or spec.score or bias is not None:
         # fully-masked rows (lse = -inf): a huge lse makes cuDNN's P = exp(s - lse) exactly 0 there, so
         # their gradients are 0 as in eager (cuDNN's own -inf handling is not reliable with score_mods)
