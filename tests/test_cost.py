@@ -125,6 +125,18 @@ def test_prefix_lm_split_is_checked_and_kept_for_speed():
         assert slower_reason(q, k, v, None, spec, True, False, graphs) is not None
 
 
+def test_bottom_right_band_with_fewer_queries_is_kept():
+    """kv <= q + (S - L) with L < S (flex's bottom-right causal) is a native band cuDNN 9.19 barely skips
+    tiles in: kept, with or without CUDA graphs; the same band with L == S (top-left causal) is served."""
+    q, k, v = _t(2, 16, 3584, 128), _t(2, 16, 4096, 128), _t(2, 16, 4096, 128)
+    spec = AttentionSpec(source="flex", mask_mod="(ge (add q_idx 512) kv_idx)")
+    for graphs in (False, True):
+        assert estimate(q, k, v, None, spec, True, False, graphs)["class"] == "flex band without tile skipping"
+        assert slower_reason(q, k, v, None, spec, True, False, graphs) is not None
+    q, k, v = _qkv(2, 16, 4096, 128)
+    assert slower_reason(q, k, v, None, AttentionSpec(source="flex", mask_mod=CAUSAL), True, False, True) is None
+
+
 def test_under_cuda_graphs_only_the_kernels_count():
     """mode="reduce-overhead" replays CUDA graphs: no host time per call on either side, so a short
     softcap site (kept for its host time otherwise) is served, and plain SDPA (the same class of kernel

@@ -58,6 +58,9 @@ SPEED_RATIO = {
     # a prefix-LM mask as two native calls and an lse merge (te_compile.cudnn.prefix): 1.63 ms per step vs
     # Inductor's 1.49 (H200, 2x16x4096x128, mode="reduce-overhead"; the emitted mask was 5.5 ms): kept
     "flex prefix split": 0.91,
+    # Inductor's step over te_compile's full-square estimate for such a band: inferred from the same
+    # measurement (the row split, mostly this band, 1.64 ms vs Inductor's 1.49 on the prefix-LM mask): kept
+    "flex band without tile skipping": 0.9,
 }
 #: extra host time of the prefix split per step (two op calls and the row copies instead of one op), ms
 SPLIT_HOST_MS = {"train": 0.25, "infer": 0.08}
@@ -88,6 +91,11 @@ def site_class(spec: AttentionSpec, bias: Optional[torch.Tensor], need_dbias: bo
         return "flex gathered bias", 1.0
     if lw.band is not None:
         left, right = lw.band
+        if left is None and right > 0 and L < S:
+            # kv <= q + right with fewer queries than keys (bottom-right causal): cuDNN 9.19 computes about
+            # every tile of it (cudnn-notes "Prefix-LM on cuDNN": a 3584x4096 band with right bound 512
+            # took what the full square takes)
+            return "flex band without tile skipping", 1.0
         width = min(S, (left or S) + right)
         return "flex native band", min(1.0, width / S if left else (0.5 + right / (2 * S)))
     if lw.score is None and lw.mask is None:
