@@ -20,6 +20,7 @@ from torch.fx import GraphModule
 
 from .passes.decision import TARGETS
 from .passes.rewrite import rewrite_graph
+from .reasons import SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
 from .report import GraphReport, Report, record
 
 log = logging.getLogger("te_compile")
@@ -134,10 +135,20 @@ def _inner_compile(inner: str, gm: GraphModule, example_inputs: list[Any],
                    inductor_config: Optional[dict] = None) -> Callable:
     if inner == "eager":
         return gm.forward
-    if inner == "inductor" and inductor_config:
-        from torch._inductor.compile_fx import compile_fx
-        return compile_fx(gm, example_inputs, config_patches=inductor_config)
+    if inner == "inductor" and inductor_config is not None:
+        # the wrapper plain torch.compile(mode=..., options=...) itself compiles through, so a graph with
+        # every site kept is compiled exactly as plain torch.compile compiles it
+        return _inductor_wrapper(inductor_config)(gm, example_inputs)
     return torch._dynamo.lookup_backend(inner)(gm, example_inputs)
+
+
+def _inductor_wrapper(config: dict) -> Callable:
+    """torch's ``_TorchCompileInductorWrapper`` with ``config`` as its options (mode already expanded)."""
+    wrapper_cls = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if wrapper_cls is None:  # pragma: no cover - a torch without it: compile_fx with the same patches
+        from torch._inductor.compile_fx import compile_fx
+        return lambda gm, ex: compile_fx(gm, ex, config_patches=config)
+    return wrapper_cls(None, config, None)
 
 
 _warned_mode: set = set()
@@ -148,7 +159,7 @@ def _inductor_config(inner: str, mode: Optional[str], options: Optional[dict]) -
     patches: ``mode="reduce-overhead"`` is CUDA graphs, ``"max-autotune"`` autotuning + CUDA graphs.
     Ignored, with a warning, when the inner compiler is not Inductor."""
     if not mode and not options:
-        return None
+        return None if inner != "inductor" else {}
     if inner != "inductor":
         key = (inner, mode, tuple(sorted((options or {}).items())))
         if key not in _warned_mode:
@@ -176,21 +187,56 @@ def _copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
 def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
                   mode: Optional[str] = None, inductor_options: Optional[dict] = None) -> Callable:
     """Rewrite ``gm`` in place, record and log the decisions, then run the inner compiler."""
-    global _graph_counter
-    _graph_counter += 1
     original = _copy_graph(gm.graph)
     inductor_config = _inductor_config(options.inner, mode, inductor_options)
     graphs_on = options.cuda_graphs if options.cuda_graphs is not None else _uses_cuda_graphs(options.inner,
                                                                                                inductor_config)
     checker = _checker(options.target, options.serve, graphs_on)
+    decisions = _rewrite(gm, original, options, checker)
+    if options.inner == "inductor" and any(category(d.reason) == SLOWER for d in decisions):
+        # kept for speed, but cuDNN could serve them: if Inductor cannot compile the graph with them kept
+        # (its flex backward can run out of shared memory for a learned table), serve them and compile again.
+        # The backward is compiled now rather than at the first backward call, so its failure shows here.
+        import torch._functorch.config as functorch_config
+        try:
+            with functorch_config.patch(force_non_lazy_backward_lowering=True):
+                compiled = _inner_compile(options.inner, gm, example_inputs, inductor_config)
+        except Exception as e:  # noqa: BLE001 - the retry below either compiles or raises
+            failure = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            log.warning("te_compile: Inductor could not compile a graph with sites kept for speed (%s); "
+                        "serving them with te_compile and compiling again", failure)
+            gm.graph = _copy_graph(original)
+            gm.recompile()
+            kept = {d.site.name for d in decisions if category(d.reason) == SLOWER}
+            decisions = _rewrite(gm, _copy_graph(original), options, _checker(options.target, "always", graphs_on))
+            for d in decisions:
+                if d.rewrite and d.site.name in kept:
+                    d.reason = Reason(f"served although the cost model keeps it: Inductor could not compile the "
+                                      f"graph with it kept ({failure})", SERVED_AFTER_INNER_FAILURE)
+            _finish(gm, decisions, options)
+            return _inner_compile(options.inner, gm, example_inputs, inductor_config)
+        _finish(gm, decisions, options)
+        return compiled
+    _finish(gm, decisions, options)
+    return _inner_compile(options.inner, gm, example_inputs, inductor_config)
+
+
+def _rewrite(gm: GraphModule, original: torch.fx.Graph, options: Options, checker: Any) -> list:
+    """``rewrite_graph``; a failed rewrite hands on the graph as Dynamo captured it (``original``)."""
     try:
-        decisions = rewrite_graph(gm, options.target, checker, options.verify)
+        return rewrite_graph(gm, options.target, checker, options.verify)
     except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
         # the rewrite may have stopped half-way: hand on the graph as Dynamo captured it
         gm.graph = original
         gm.recompile()
         log.warning("te_compile: rewrite failed (%s: %s); graph left unchanged", type(e).__name__, e)
-        decisions = []
+        return []
+
+
+def _finish(gm: GraphModule, decisions: list, options: Options) -> None:
+    """Record, log and trace the decisions of one compiled graph."""
+    global _graph_counter
+    _graph_counter += 1
     if _depends_on_other_requires_grad(decisions):
         _guard_requires_grad_flips()
     if options.verify and decisions and not any(d.runs_on == "cudnn" for d in decisions):
@@ -209,7 +255,6 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
         log.info("te_compile: graph %d\n%s", report.index, Report([report]).table())
     if decisions:
         _trace_artifact(report)
-    return _inner_compile(options.inner, gm, example_inputs, inductor_config)
 
 
 def _uses_cuda_graphs(inner: str, inductor_config: Optional[dict]) -> bool:

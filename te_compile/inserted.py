@@ -49,7 +49,10 @@ def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor) -> Tensor:
 
     Inserted by the flex rewrite; the attention op then adds it after the score_mod (flex's
     ``score_mod(s) = f(s) + g`` becomes ``f`` in cuDNN plus this bias)."""
-    env = {**reference.index_env(q, k), "bufs": list(bufs)}
+    # half-precision tables are read in float32: the gather's backward then sums each table entry's
+    # dBias in float32 (a T5 bucket collects thousands of positions; a bf16 sum was 10% off)
+    wide = [b.float() if b.dtype in (torch.float16, torch.bfloat16) else b for b in bufs]
+    env = {**reference.index_env(q, k), "bufs": wide}
     r = ir.evaluate(ir.parse(term), env)
     if not r.is_floating_point():
         r = r.to(torch.float32)

@@ -67,6 +67,20 @@ def cases(cuda: bool) -> dict[str, Case]:
                               captured=[_table("T0", ("H", "L+S-1"), learned=True)]),
         "alibi_plus_table": Case(**base, score=_score("-0.5 * score - T0[h, q_idx - kv_idx + S - 1] + T1[h] * (kv_idx - q_idx)".replace("S - 1", str(m - 1))),
                                  captured=[_table("T0", ("H", "L+S-1")), _table("T1", ("H",), "rand")]),
+        # 10. a score_mod with a finite value at -inf at tile-multiple lengths (no mask, no padded tile): cuDNN's
+        # backward still evaluates it at -inf positions (dV 40-140x off on 9.19 before the min(f(s), s + BIG) clamp)
+        "tanh_tile_multiple": Case(**{**base, "L": 128 if cuda else 16, "S": 128 if cuda else 16, "H": 8, "HKV": 8,
+                                      "D": 16, "DV": 16}, scale=0.3, score=_score("torch.tanh(score)"), return_lse=True),
+        "sigmoid_tile_multiple": Case(**{**base, "L": 256 if cuda else 16, "S": 256 if cuda else 16},
+                                      score=_score("torch.sigmoid(score)")),
+        # 11. chained indexing of a learned table: eager flex's own gradient is wrong there (the fuzzer's eager
+        # run reads T[a][b] as T[a, b]); te_compile's must be the table's true gradient
+        # 12. an index term at a ragged L > S: padded query rows (q = 0) see f(0) = q_idx there (dQ / dK inf
+        # on cuDNN 9.19 before the q_idx < L guard)
+        "q_index_term_ragged": Case(**{**base, "B": 1, "L": 200 if cuda else 20, "S": 64 if cuda else 8, "DV": 2 * d},
+                                    score=_score("(q_idx * 1) + score")),
+        "chained_learned_table": Case(**base, score=_score("score + T0[q_idx][kv_idx]"),
+                                      captured=[_table("T0", ("L", "S"), learned=True)]),
     }
     if not cuda:  # exact on the reference target only: a step of exp2 at an integer (bf16 moves it on cuDNN)
         # exp2 translated as exp(x ln 2) put remainder(exp2(4), 1) at 0.99999 instead of 0

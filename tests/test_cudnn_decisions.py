@@ -241,3 +241,39 @@ def test_graph_structure_ignores_constant_values():
     # native masks keep their bounds in the key
     w = [AttentionSpec(source="flex", mask_mod=f"(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) {n}))") for n in (8, 9)]
     assert _graph_spec(w[0], (4096, 4096)) != _graph_spec(w[1], (4096, 4096))
+
+
+@pytest.mark.parametrize("score,mask,clamp", [
+    ("(tanh score)", None, True),  # f(-inf) = -1: cuDNN's -inf positions must stay -inf (dV 50x off before)
+    ("(sigmoid score)", None, True),
+    ("(mul (tanh (div score 30.0)) 30.0)", None, True),  # softcap: exp(-30 - lse) hid it, but the rule is the same
+    ("(tanh score)", "(ge q_idx 3)", True),  # a mask after the score_mod: the clamp comes before it
+    ("(mul (tanh (div score 30.0)) 30.0)", "(ge q_idx kv_idx)", False),  # mask first has its own min
+    ("(add score (mul q_idx 0.1))", None, False),  # f(-inf) = -inf already
+    ("(sqrt (add (abs score) 0.5))", None, False),  # f(-inf) = +inf: the index guard masks every length instead
+    ("(exp score)", None, True),
+])
+def test_neg_inf_clamp(score, mask, clamp):
+    """min(f(s), s + BIG) after a score_mod whose value at -inf is finite, in the emitted graph."""
+    from te_compile.cudnn.emit import structure
+    from te_compile.cudnn.lowering import BIG, lower
+    lw = lower(AttentionSpec(score=score, mask_mod=mask, source="flex"), (128, 128))
+    assert lw.ninf_clamp == clamp
+    ops = [e[0] for e in structure(lw)]
+    assert (BIG in lw.constants) == (clamp or (lw.mask_first is not None and lw.mask_first.needs_min))
+    if clamp:
+        assert "min" in ops
+
+
+@pytest.mark.parametrize("score,lengths,guard", [
+    ("(add score (mul q_idx 1))", (200, 64), "(lt q_idx 200)"),  # padded query rows see f(0) = q_idx
+    ("(add score (mul q_idx 1))", (256, 64), None),  # no padded query rows
+    ("(add score (in 0))", (129, 255), "(lt q_idx 129)"),
+    ("(mul score 0.5)", (200, 64), None),  # reads the score only: f(0) is a constant
+    ("(tanh score)", (129, 255), "(and (lt kv_idx 255) (lt q_idx 129))"),
+    ("(tanh score)", (128, 128), None),  # the clamp covers tile multiples
+])
+def test_padded_tile_guard(score, lengths, guard):
+    from te_compile.cudnn.lowering import lower
+    lw = lower(AttentionSpec(score=score, source="flex", n_inputs=1 if "(in 0)" in score else 0), lengths)
+    assert (None if lw.guard is None else str(lw.guard)) == guard

@@ -146,7 +146,7 @@ class Emitter:
         self.consts = dict(consts or {})  # value -> pass-by-value IR tensor (outer graph)
         self.score_expr, self.mask = lw.score, lw.mask
         self.inputs = list(inputs)  # IR tensors for (in i), created on the outer graph
-        self.plan, self.deriv, self.guard = lw.mask_first, lw.deriv, lw.guard
+        self.plan, self.deriv, self.guard, self.clamp = lw.mask_first, lw.deriv, lw.guard, lw.ninf_clamp
         self.g: Any = None
         self.memo: dict = {}
 
@@ -167,6 +167,9 @@ class Emitter:
                 out = self._f(graph.min(out, big, compute_data_type=_F32))
             return self._guarded(out, float("-inf"))
         out = self._emit(self.score_expr)[0] if self.score_expr is not None else score
+        if self.clamp:  # f(-inf) finite: min(f(s), s + BIG) is -inf where cuDNN feeds -inf, f(s) elsewhere
+            big = self._f(graph.add(score, self._const(BIG), compute_data_type=_F32))
+            out = self._f(graph.min(out, big, compute_data_type=_F32))
         if self.mask is not None:
             out = self._select(self.mask, out, self._const(float("-inf")))
         return self._guarded(out, float("-inf"))

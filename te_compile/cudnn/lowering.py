@@ -56,6 +56,11 @@ class EmitOptions:
     #: fed at execute, so a changed softcap reuses the built graph), "scalar" (RUNTIME_PARAM scalars),
     #: "pbv_nonint" (pass-by-value for non-integer values only)
     const_mode: str = "pbv"
+    #: clamp a score_mod with a finite f(-inf) to -inf where cuDNN hands it -inf: ``min(f(s), s + BIG)``
+    #: at every length. Without it, tanh(score) / sigmoid(score) gave dV 40-140x off at L = S = 128 and
+    #: 256 (tile multiples, no mask; H200, cuDNN 9.19): the backward evaluates the score_mod at -inf
+    #: positions even where no tile is padded, and exp(f(-inf) - lse) is not 0
+    ninf_clamp: bool = True
 
     def __post_init__(self) -> None:
         if self.const_mode not in ("pbv", "scalar", "pbv_nonint"):
@@ -93,6 +98,8 @@ class Lowering:
     guard: Optional[ir.Expr]  # the padded-tile guard (kv_guard)
     #: pass-by-value constants in uid order (emitted specs only)
     constants: tuple[float, ...]
+    #: emit ``min(f(s), s + BIG)`` after the score_mod (no mask-first plan; ``EmitOptions.ninf_clamp``)
+    ninf_clamp: bool = False
 
     @property
     def needs_bprop(self) -> bool:
@@ -111,9 +118,17 @@ def _lower(spec: AttentionSpec, lengths: tuple[int, int], options: EmitOptions) 
         return Lowering(spec, lengths, options, score, mask, unsupported, band, emitted, None, None, None, ())
     plan = _mask_first(score, mask)
     deriv = ir.derivative(score) if score is not None else None
-    consts = _constants(score, mask, plan, options.const_mode) if emitted else ()
+    clamp = bool(emitted and options.ninf_clamp and plan is None and score is not None and needs_ninf_clamp(score))
+    consts = _constants(score, mask, plan, options.const_mode, clamp) if emitted else ()
     return Lowering(spec, lengths, options, score, mask, None, band, emitted, deriv, plan,
-                    _kv_guard(score, lengths, options.kv_guard), consts)
+                    _kv_guard(score, lengths, options.kv_guard), consts, clamp)
+
+
+def needs_ninf_clamp(score: ir.Expr) -> bool:
+    """Is ``min(f(s), s + BIG)`` needed and exact? f(-inf) finite (so a -inf cuDNN feeds in does not stay
+    -inf) and f'(-inf) finite (the bprop ``dS * f'(s)`` stays 0 where dS is 0). Where f(-inf) is +inf or
+    f'(-inf) is not finite, the index guard (``_kv_guard``) masks every length instead."""
+    return _ninf(score) == "fin" and _ninf(ir.derivative(score)) == "fin"
 
 
 def lower(spec: AttentionSpec, lengths: tuple[int, int] = (0, 0), options: Optional[EmitOptions] = None) -> Lowering:
@@ -131,7 +146,7 @@ def _uses_pbv(v: float, mode: str) -> bool:
 
 
 def _constants(score: Optional[ir.Expr], mask: Optional[ir.Expr], plan: "Optional[MaskFirst]",
-               mode: str) -> tuple[float, ...]:
+               mode: str, clamp: bool = False) -> tuple[float, ...]:
     """The constants the emitted graph will read as pass-by-value inputs (unique, in order of first
     appearance: specs that differ only in constant values use the same uid for the same place)."""
     out: dict[float, None] = {}
@@ -156,6 +171,8 @@ def _constants(score: Optional[ir.Expr], mask: Optional[ir.Expr], plan: "Optiona
             walk(a)
     walk(score)
     walk(mask)
+    if clamp:
+        out[BIG] = None
     if plan is not None:
         if plan.needs_min:
             out[BIG] = None
@@ -214,13 +231,18 @@ def _kv_guard(e: Optional[ir.Expr], lengths: tuple[int, int], enabled: bool) -> 
     if not enabled or e is None:
         return None
     at, d_at = _ninf(e), _ninf(ir.derivative(e))
+    L, S = lengths
     if at == "-inf" and d_at == "fin":
+        # padded query rows of a ragged L are not -inf: q is 0 there, so they see f(0, indices, inputs), and
+        # an index term as large as q_idx overflowed exp(f - lse) in the backward (score + q_idx at L = 200,
+        # S = 64: dQ / dK inf, H100, cuDNN 9.19). Mask those rows when f reads anything besides the score
+        if L > 0 and L % KV_TILE and (e.leaves() - {"score"} or _refs_input(e)):
+            return ir.Expr("lt", (ir.Expr.leaf("q_idx"), ir.Expr.const(int(L))))
         return None
     # f(-inf) = +inf / NaN or a non-finite f'(-inf): the backward also evaluates positions past the
     # lengths at tile-multiple lengths (sqrt(|s| + 0.5) at L = S = 256: dV 158x off), so guard always;
     # a finite f(-inf) (softcap) only matters where the last tile is padded
     always = at in ("+inf", "nan") or d_at != "fin"
-    L, S = lengths
     terms = [ir.Expr("lt", (ir.Expr.leaf(leaf), ir.Expr.const(int(n))))
              for leaf, n in (("kv_idx", S), ("q_idx", L)) if n > 0 and (always or n % KV_TILE)]
     if not terms:

@@ -1,0 +1,68 @@
+"""Class 3: HF Llama greedy generate with a static cache under mode=reduce-overhead (one variant per process)."""
+import faulthandler, sys, os
+faulthandler.enable()
+import torch, transformers
+variant = sys.argv[1]
+impl = sys.argv[2] if len(sys.argv) > 2 else "sdpa"
+cfg = transformers.LlamaConfig(vocab_size=1000, hidden_size=1024, intermediate_size=2048, num_hidden_layers=4,
+                               num_attention_heads=16, num_key_value_heads=4, head_dim=64, max_position_embeddings=512)
+cfg._attn_implementation = impl
+torch.manual_seed(0)
+model = transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+ids = torch.randint(0, 1000, (1, 16), device="cuda")
+ref = model.generate(ids, max_new_tokens=32, do_sample=False, cache_implementation="static")
+import te_compile
+if variant == "plain":
+    model.forward = torch.compile(model.forward, mode="reduce-overhead")
+elif variant == "te":
+    model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
+elif variant == "te_always":
+    model.forward = torch.compile(model.forward, backend=te_compile.backend(serve="always"), mode="reduce-overhead")
+elif variant == "fx_direct":  # a custom backend that only calls compile_fx with the mode's patches (no rewrite)
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor import list_mode_options
+    def be(gm, ex, mode=None, options=None):
+        return compile_fx(gm, ex, config_patches=list_mode_options("reduce-overhead"))
+    model.forward = torch.compile(model.forward, backend=be, mode="reduce-overhead")
+elif variant == "fx_cudnn":  # fx_direct after the cuDNN frontend built and validated a graph on the CPU side
+    import cudnn
+    from te_compile.cudnn import check as _chk
+    g = cudnn.pygraph(io_data_type=cudnn.data_type.BFLOAT16, intermediate_data_type=cudnn.data_type.FLOAT,
+                      compute_data_type=cudnn.data_type.FLOAT)
+    print("cudnn imported", cudnn.backend_version())
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor import list_mode_options
+    def be(gm, ex, mode=None, options=None):
+        return compile_fx(gm, ex, config_patches=list_mode_options("reduce-overhead"))
+    model.forward = torch.compile(model.forward, backend=be, mode="reduce-overhead")
+elif variant == "te_nocheck":  # te_compile with every site kept for speed without calling the cuDNN check
+    import importlib
+    B = importlib.import_module("te_compile.backend")
+    from te_compile.reasons import Reason, SLOWER
+    B._checker = lambda *a, **k: (lambda *x, **y: Reason("kept for speed: probe", SLOWER))
+    model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
+elif variant.startswith("te_bisect_"):
+    import importlib
+    B = importlib.import_module("te_compile.backend")
+    what = variant[len("te_bisect_"):]
+    if what == "nocopy":
+        B._copy_graph = lambda g: g
+    elif what == "nolazy":
+        B.category = lambda r: "other"
+    elif what == "noreport":
+        B._finish = lambda *a, **k: None
+    elif what == "passthrough":
+        B.rewrite_graph = lambda gm, *a, **k: []
+    model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
+elif variant == "te_default_mode":
+    model.forward = torch.compile(model.forward, backend="te_compile")
+from te_compile.report import record_reports, Report
+rr = record_reports(); reps = rr.__enter__()
+try:
+    out = model.generate(ids, max_new_tokens=32, do_sample=False, cache_implementation="static")
+    agree = (out[:, ids.shape[1]:] == ref[:, ids.shape[1]:]).float().mean().item()
+    print(f"HF {variant} {impl}: ok, token agreement {agree:.3f}")
+except Exception as e:
+    print(f"HF {variant} {impl}: raised {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+if variant.startswith("te"):
+    print(Report(reps[:3]).table() if reps else "no reports")

@@ -1,0 +1,43 @@
+"""One Hugging Face generation run for tests/test_cuda_generate.py, in its own process (a crash must not take
+the test session down): greedy ``generate`` with a static cache, ``model.forward`` compiled with plain
+torch.compile or te_compile. Prints one JSON line: {"ok", "agree", "error"}.
+
+    python3 tests/hf_generate_case.py {plain|te_compile} {sdpa|flex_attention} {default|reduce-overhead}
+"""
+
+import faulthandler
+import json
+import sys
+
+faulthandler.enable()
+
+
+def main(which: str, impl: str, mode: str) -> None:
+    import torch
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=1000, hidden_size=1024, intermediate_size=2048, num_hidden_layers=4,
+                                   num_attention_heads=16, num_key_value_heads=4, head_dim=64,
+                                   max_position_embeddings=512)
+    cfg._attn_implementation = impl
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
+    ids = torch.randint(0, 1000, (1, 16), device="cuda")
+    kw = dict(max_new_tokens=32, do_sample=False, cache_implementation="static")
+    ref = model.generate(ids, **kw)
+    compile_kw = {} if mode == "default" else {"mode": mode}
+    if which == "te_compile":
+        compile_kw["backend"] = "te_compile"
+    model.forward = torch.compile(model.forward, **compile_kw)
+    res = {"ok": False, "agree": None, "error": None}
+    try:
+        out = model.generate(ids, **kw)
+        res["ok"] = True
+        res["agree"] = (out[:, 16:] == ref[:, 16:]).float().mean().item()
+    except Exception as e:  # noqa: BLE001 - the test compares this with plain torch.compile's
+        res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
