@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# CPU machines carry a local torch 2.13.0 CPU wheel; a looser pin would download CUDA wheels.
+# torch pinned to the 2.13.0 CPU build these machines install from disk; a looser pin downloads CUDA wheels.
 TORCH_PIN ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
@@ -37,6 +37,7 @@ fuzz-cuda: $(STAMP)
 
 # on a CUDA machine: the cuDNN numerics tests and the benchmark
 test-cuda: $(STAMP)
+	@$(PY) -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 'make test-cuda: no CUDA GPU here (torch.cuda.is_available() is False); the cuda tests need one. On a CPU machine run make test')"
 	$(PY) -m pytest -q -m cuda tests
 
 bench: $(STAMP)

@@ -35,9 +35,18 @@ def _load(spec: str):
     made = obj()
     if not isinstance(made, tuple) or len(made) not in (2, 3):
         raise SystemExit(f"te-compile explain: {spec} must return (model_or_fn, args[, kwargs])")
-    fn, args = made[0], tuple(made[1])
-    kwargs = dict(made[2]) if len(made) == 3 else {}
-    return fn, args, kwargs
+    fn, args = made[0], made[1]
+    if not callable(fn):
+        raise SystemExit(f"te-compile explain: {spec} returned {type(fn).__name__} as the model; expected a module "
+                         f"or a function: return (model_or_fn, args[, kwargs])")
+    if not isinstance(args, (tuple, list)):
+        raise SystemExit(f"te-compile explain: {spec} returned {type(args).__name__} as the args; expected a tuple "
+                         f"of example inputs, e.g. (model, (x,)): return (model_or_fn, args[, kwargs])")
+    kwargs = made[2] if len(made) == 3 else {}
+    if not isinstance(kwargs, dict):
+        raise SystemExit(f"te-compile explain: {spec} returned {type(kwargs).__name__} as the kwargs; expected a "
+                         f"dict: return (model_or_fn, args, kwargs)")
+    return fn, tuple(args), dict(kwargs)
 
 
 def _explain(argv: list[str]) -> int:
@@ -72,12 +81,20 @@ def _bench(argv: list[str]) -> int:
     return bench_main(argv)
 
 
+COMMANDS = ("demo", "explain", "bench")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="te-compile", description="te_compile: attention on cuDNN for torch.compile",
                                 epilog="run 'te-compile COMMAND --help' for a command's options")
-    p.add_argument("command", choices=["demo", "explain", "bench"])
-    a, rest = p.parse_known_args(argv)
+    p.add_argument("command", choices=COMMANDS)
+    if argv and argv[0] in COMMANDS:  # the command's own parser reads the rest, --help included
+        command, rest = argv[0], argv[1:]
+    else:
+        a, rest = p.parse_known_args(argv)
+        command = a.command
+    a = argparse.Namespace(command=command)
     # progress: graph builds and per-site decisions are logged at INFO
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("te_compile").setLevel(logging.INFO if a.command != "explain" else logging.WARNING)

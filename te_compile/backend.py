@@ -99,6 +99,10 @@ class Options:
     cuda_graphs: Optional[bool] = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.verify, bool):
+            raise TypeError(f"verify must be True or False, got {self.verify!r}")
+        if self.cuda_graphs is not None and not isinstance(self.cuda_graphs, bool):
+            raise TypeError(f"cuda_graphs must be None, True or False, got {self.cuda_graphs!r}")
         if self.inner not in INNER_COMPILERS:
             raise ValueError(f"unknown inner compiler {self.inner!r}; expected one of {INNER_COMPILERS}")
         if self.target not in TARGETS:

@@ -121,7 +121,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 def _main(argv: Optional[list[str]] = None) -> int:
     import te_compile
 
-    p = argparse.ArgumentParser(description="te_compile demo: compile a small GPT and report")
+    p = argparse.ArgumentParser(prog="te-compile demo", description="te_compile demo: compile a small GPT and report")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--seq", type=int, default=None)
     p.add_argument("--batch", type=int, default=None)

@@ -1,9 +1,10 @@
 """How te_compile is installed, and what to tell a user whose install cannot run the cuDNN target.
 
-``pip install te_compile`` brings torch and numpy only: enough for the reference target (the exact
+Installing te_compile (``pip install .`` from a checkout) brings torch and numpy only: enough for the reference target (the exact
 attention math, on any device) and for ``explain`` on a CPU. The cuDNN target needs the cuDNN
 frontend (``nvidia-cudnn-frontend``, about 600 MB with the CUDA-only libraries it pulls in), which
-comes with the ``cuda`` extra: ``pip install 'te_compile[cuda]'``. Without it, every CUDA site is kept
+comes with the ``cuda`` extra (``pip install '.[cuda]'`` from a checkout) or on its own:
+``pip install 'nvidia-cudnn-frontend>=1.32'``. Without it, every CUDA site is kept
 (it runs through Inductor, as with plain ``torch.compile``) with the reason ``frontend_missing`` gives.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 CUDA_EXTRA = "cuda"
 #: the frontend's distribution and the lowest version te_compile's graphs are written for
 FRONTEND = "nvidia-cudnn-frontend>=1.32"
-INSTALL_HINT = f"pip install 'te_compile[{CUDA_EXTRA}]'"
+INSTALL_HINT = f"pip install '{FRONTEND}' (te_compile's [{CUDA_EXTRA}] extra)"
 
 
 def _detail(e: BaseException) -> str:
@@ -28,10 +29,10 @@ def frontend_missing(e: BaseException) -> str:
     raised ``e``.
 
     The frontend's own package missing reads "cuDNN frontend not installed (...): pip install
-    'te_compile[cuda]'"; anything else (the frontend or one of its libraries present but failing to
+    'nvidia-cudnn-frontend>=1.32' (te_compile's [cuda] extra)"; anything else (the frontend or one of its libraries present but failing to
     load) reads "cuDNN frontend unavailable (...)" with the same install line, which also repairs it.
     """
     missing = isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == "cudnn"
     if missing:
         return f"cuDNN frontend not installed ({_detail(e)}): {INSTALL_HINT}"
-    return f"cuDNN frontend unavailable ({_detail(e)}): {INSTALL_HINT} ({FRONTEND})"
+    return f"cuDNN frontend unavailable ({_detail(e)}): {INSTALL_HINT}"

@@ -169,3 +169,38 @@ te_compile: 3 attention site(s) in 1 graph(s): 0 on cuDNN, 2 on the reference ke
 1  flex_attention    test_cli_and_options.py:N in fn  flex  [1,2,32,8]  float32  mask_mod q_idx >= kv_idx  tanh(score / 20.0) * 20.0          none   -                  reference
 2  flex_attention_1  test_cli_and_options.py:N in fn  flex  [1,2,32,8]  float32  mask_mod True             score + buf0[q_idx - kv_idx + 31]  none   no (table frozen)  reference
 3  flex_attention_2  test_cli_and_options.py:N in fn  flex  [1,2,32,8]  float32  mask_mod True             score * buf0[q_idx - kv_idx + 31]  none   -                  kept       score_mod/mask_mod reads a captured tensor at an index that depends on q_idx / kv_idx (a gather, not pointwise in cuDNN), and the score_mod is not score-independent-additive (f(score) + g(indices, tables)), so it cannot become a bias""")
+
+
+@pytest.mark.parametrize("command,usage", [("demo", "te-compile demo"), ("explain", "te-compile explain"),
+                                           ("bench", "te-compile bench")])
+def test_each_command_has_its_own_help(command, usage, capsys):
+    from te_compile.__main__ import main
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith(f"usage: {usage}")
+    if command == "explain":
+        assert "--target" in out
+
+
+@pytest.mark.parametrize("body,msg", [
+    ("return (lambda q: q), 5", "returned int as the args; expected a tuple"),
+    ("return 5, (1,)", "returned int as the model"),
+    ("return (lambda q: q), (1,), [1]", "returned list as the kwargs; expected a dict"),
+    ("return 1", "must return (model_or_fn, args[, kwargs])"),
+])
+def test_cli_bad_factory_returns(tmp_path, monkeypatch, body, msg):
+    from te_compile.__main__ import _load
+    name = f"badfactory_{abs(hash(body))}"  # one module per case (imported modules are cached)
+    (tmp_path / f"{name}.py").write_text(f"def make():\n    {body}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as e:
+        _load(f"{name}:make")
+    assert msg in str(e.value)
+
+
+def test_option_types_are_checked():
+    with pytest.raises(TypeError, match="verify must be True or False"):
+        te_compile.backend(verify="yes")
+    with pytest.raises(TypeError, match="cuda_graphs must be None, True or False"):
+        te_compile.backend(cuda_graphs="on")

@@ -61,7 +61,8 @@ def test_readme_shows_both_install_paths_after_the_two_commands():
         readme = f.read()
     assert readme.startswith("# te_compile\n\n```\nmake demo")
     two_commands = readme.index("make test")
-    cpu, gpu = readme.find("pip install te_compile"), readme.find("pip install 'te_compile[cuda]'")
+    cpu, gpu = readme.find("pip install .  "), readme.find("pip install '.[cuda]'")
+    assert cpu > 0 and gpu > 0 and "pip install te_compile" not in readme  # not on PyPI
     assert two_commands < cpu and two_commands < gpu, (cpu, gpu)
 
 
@@ -70,10 +71,10 @@ def test_frontend_missing_says_how_to_install():
 
     missing = ModuleNotFoundError("No module named 'cudnn'", name="cudnn")
     assert frontend_missing(missing) == ("cuDNN frontend not installed (ModuleNotFoundError: No module named "
-                                         "'cudnn'): pip install 'te_compile[cuda]'")
+                                         "'cudnn'): pip install 'nvidia-cudnn-frontend>=1.32' (te_compile's [cuda] extra)")
     broken = frontend_missing(ImportError("libcudnn.so.9: cannot open shared object file\nmore"))
     assert broken.startswith("cuDNN frontend unavailable (ImportError: libcudnn.so.9: cannot open shared object file)")
-    assert "pip install 'te_compile[cuda]'" in broken
+    assert "pip install 'nvidia-cudnn-frontend>=1.32'" in broken
     # a library the frontend needs is missing: the frontend is there, but broken
     assert frontend_missing(ModuleNotFoundError("No module named 'tvm_ffi'", name="tvm_ffi")).startswith(
         "cuDNN frontend unavailable")

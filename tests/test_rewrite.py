@@ -115,6 +115,11 @@ class TestKeptSites(expecttest.TestCase):
         fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
         self.assertExpectedInline(str(_reasons(fn, *_qkv(2, 8, 8))), """[('kept', 'inputs are 3-D: te_compile serves 4-D [B, H, S, D] attention')]""")
 
+    def test_mixed_rank_inputs_name_each(self):
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v)  # noqa: E731
+        q, k, v = torch.randn(1, 2, 8, 8), torch.randn(2, 8, 8), torch.randn(2, 8, 8)
+        self.assertExpectedInline(str(_reasons(fn, q, k, v)), """[('kept', 'inputs are q 4-D, k 3-D, v 3-D: te_compile serves 4-D [B, H, S, D] attention')]""")
+
     def test_auto_target_keeps_cpu_sites(self):
         fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
         self.assertExpectedInline(str(_reasons(fn, *_qkv(1, 2, 8, 8), target="auto")), """[('kept', "inputs on cpu: target 'auto' rewrites CUDA sites only (target='reference' rewrites to the reference kernel)")]""")

@@ -45,7 +45,8 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
     if k.dtype != q.dtype or v.dtype != q.dtype:
         return f"q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})"
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        return f"inputs are {q.dim()}-D: cuDNN SDPA serves 4-D [B, H, S, D] q, k, v"
+        dims = f"{q.dim()}-D" if q.dim() == k.dim() == v.dim() else f"q {q.dim()}-D, k {k.dim()}-D, v {v.dim()}-D"
+        return f"inputs are {dims}: cuDNN SDPA serves 4-D [B, H, S, D] q, k, v"
     dqk, dv = q.shape[-1], v.shape[-1]
     if isinstance(dqk, int) and isinstance(dv, int):
         if dqk % 8 or dv % 8:

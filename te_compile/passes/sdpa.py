@@ -90,7 +90,9 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
     _check_flags(site)
     scale = constant_scale(site.scale)
     impl = impl_for(target, q)
-    four_d(q, k, v, f"inputs are {q.dim()}-D: te_compile serves 4-D [B, H, S, D] attention")
+    dims = (f"{q.dim()}-D" if q.dim() == k.dim() == v.dim() else
+            f"q {q.dim()}-D, k {k.dim()}-D, v {v.dim()}-D")
+    four_d(q, k, v, f"inputs are {dims}: te_compile serves 4-D [B, H, S, D] attention")
     if q.shape[1] != k.shape[1] and not site.enable_gqa:
         raise Keep("query and key head counts differ without enable_gqa")
     mask, d.bias_conversion = _mask_conversion(site, q, k)
