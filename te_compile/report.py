@@ -52,8 +52,18 @@ def record(report: GraphReport) -> None:
 
 
 def _shape(n: Any) -> str:
+    """``[1,2,32,8]``; with dynamic shapes ``[1,2,s0,8] (s0=32)``: the symbol and the size this compile saw."""
     ev = example_value(n)
-    return "?" if ev is None else "[" + ",".join(str(s) for s in ev.shape) + "]"
+    if ev is None:
+        return "?"
+    hints = {}
+    for d in ev.shape:
+        if not isinstance(d, int):
+            hint = getattr(getattr(d, "node", None), "hint", None)
+            if hint is not None and str(d).isidentifier():
+                hints[str(d)] = hint
+    text = "[" + ",".join(str(d) for d in ev.shape) + "]"
+    return text + (" (" + ", ".join(f"{k}={v}" for k, v in hints.items()) + ")" if hints else "")
 
 
 def _dtype(n: Any) -> str:

@@ -108,3 +108,15 @@ def test_report_shows_infix_beside_the_sexpr():
     assert row["score_mod"] == "tanh(score / 30.0) * 30.0"
     assert row["score_mod_sexpr"] == "(mul (tanh (div score 30.0)) 30.0)"
     assert "tanh(score / 30.0) * 30.0" in str(report)
+
+
+def test_dynamic_shapes_report_the_sizes_seen():
+    """After a second shape Dynamo compiles with symbolic sizes; the report names the concrete size too."""
+    torch._dynamo.reset()
+    m = TwoSites(False)
+    rows = []
+    for n in (16, 32):
+        q = torch.randn(1, 2, n, 8)
+        rows.append(te_compile.explain(m, q, q, q, target="reference").rows()[0]["q"])
+    assert rows[0] == "[1,2,16,8]"
+    assert rows[1].endswith("=32)") and rows[1].startswith("[1,2,s"), rows[1]
