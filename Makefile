@@ -26,14 +26,16 @@ test: $(STAMP)
 	$(PY) -m pytest -q -m "not cuda" tests
 
 # the differential fuzzer (te_compile.testing.fuzz): a large CPU run (reference target, float64) ...
+# A new seed every run (the time; the summary line prints it): FUZZ_SEED=N repeats a run.
 FUZZ_CASES ?= 2000
 FUZZ_JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_SEED  ?= $(shell date +%s)
 fuzz: $(STAMP)
-	$(PY) -m te_compile.testing.fuzz --cases $(FUZZ_CASES) --seed 0 --jobs $(FUZZ_JOBS) --json fuzz-cpu.jsonl
+	$(PY) -m te_compile.testing.fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) --jobs $(FUZZ_JOBS) --json fuzz-cpu.jsonl
 
-# ... and the GPU run (cuDNN, bf16 vs eager fp32), on a CUDA machine
+# ... and the GPU run (cuDNN, bf16 vs eager fp32, serve="always"), on a CUDA machine
 fuzz-cuda: $(STAMP)
-	$(PY) -m te_compile.testing.fuzz --device cuda --cases 500 --seed 0 --jobs 10 --json fuzz-cuda.jsonl
+	$(PY) -m te_compile.testing.fuzz --device cuda --cases 500 --seed $(FUZZ_SEED) --jobs 10 --json fuzz-cuda.jsonl
 
 # on a CUDA machine: the cuDNN numerics tests and the benchmark
 test-cuda: $(STAMP)

@@ -714,9 +714,22 @@ def main(argv: Optional[list[str]] = None) -> int:
             for r in results:
                 f.write(json.dumps(r) + "\n")
     line = summary(results, a.device)
-    print(line)
+    print(f"{line}; seed {a.seed}, {_platform(a.device)}")
     bad = sum(r["outcome"] in ("wrong", "crash") for r in results)
     return 1 if bad else 0
+
+
+def _platform(device: str) -> str:
+    """What the run ran on: the GPU and cuDNN for CUDA runs, torch's version always."""
+    out = f"torch {torch.__version__}"
+    if device == "cuda" and torch.cuda.is_available():
+        try:
+            import cudnn
+            ver = cudnn.backend_version()
+        except Exception:  # noqa: BLE001 - the frontend is what the run would have used; say it is missing
+            ver = "no frontend"
+        out = f"{torch.cuda.get_device_name()}, cuDNN {ver}, {out}"
+    return out
 
 
 def _emit_options(pairs: list[str]) -> None:
