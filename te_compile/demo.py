@@ -19,6 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .reasons import SLOWER, category
+
 
 class Block(nn.Module):
     """Pre-norm transformer block; attention is causal SDPA, or SDPA with a learned bias."""
@@ -150,7 +152,7 @@ def _main(argv: Optional[list[str]] = None) -> int:
     report = te_compile.explain(model.to(dtype), idx, target=target, inner="inductor", serve=a.serve)
     print(f"compiled in {time.perf_counter() - t0:.1f}s")
     print(report)
-    if any(d.reason.startswith("kept for speed") for d in report.decisions):
+    if any(category(d.reason) == SLOWER for d in report.decisions):
         print("(sites kept for speed run what torch.compile runs; `te-compile demo --serve always` puts them on cuDNN)")
 
     compiled = torch.compile(model, backend=te_compile.backend(target=target, serve=a.serve))

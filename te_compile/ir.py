@@ -28,6 +28,10 @@ LEAVES = ("score", "b", "h", "q_idx", "kv_idx")
 #: ever read through ``(index (buf i) idx...)`` inside such a sub-expression.
 REFS = ("in", "buf")
 COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+#: the comparison with its operands swapped: ``a < b`` is ``b > a``
+SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+#: the negated comparison: ``not (a < b)`` is ``a >= b``
+NEGATED = {"ge": "lt", "lt": "ge", "le": "gt", "gt": "le", "eq": "ne", "ne": "eq"}
 LOGICAL = ("and", "or", "not")
 
 Const = Union[bool, int, float]

@@ -8,7 +8,7 @@ them to the compiler, the real kernels write them.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -47,3 +47,25 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 def empty_like_layout(shape: Sequence[int], like: Tensor, dtype: torch.dtype | None = None) -> Tensor:
     return torch.empty_strided(tuple(shape), like_layout_strides(shape, like),
                                dtype=like.dtype if dtype is None else dtype, device=like.device)
+
+
+def concrete(dims) -> Optional[tuple[int, ...]]:
+    """``dims`` as plain ints, or None when any is symbolic (a SymInt: reading it as an int would install a
+    Dynamo guard and specialize the graph to this size)."""
+    dims = tuple(dims)
+    return dims if all(isinstance(d, int) and not isinstance(d, bool) for d in dims) else None
+
+
+def size_hints(dims) -> Optional[tuple[int, ...]]:
+    """``dims`` as ints, a symbolic size read as the size this compile saw (its hint) without a guard;
+    None when a symbolic size has no hint."""
+    out = []
+    for d in dims:
+        if isinstance(d, int):
+            out.append(int(d))
+            continue
+        hint = getattr(getattr(d, "node", None), "hint", None)
+        if not isinstance(hint, int):
+            return None
+        out.append(hint)
+    return tuple(out)

@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from ..layout import contiguous_strides, like_layout_strides
+from ..layout import concrete as _concrete, contiguous_strides, like_layout_strides
 from ..spec import AttentionSpec
 from . import prefix
 from .lowering import lower
@@ -22,13 +22,6 @@ from .lowering import lower
 #: largest head dim cuDNN's sm90 SDPA serves forward *and* backward (cuDNN 9.x)
 MAX_HEAD_DIM = 256
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-
-
-def _concrete(shape) -> Optional[tuple[int, ...]]:
-    try:
-        return tuple(int(s) for s in shape) if all(isinstance(s, int) for s in shape) else None
-    except TypeError:
-        return None
 
 
 def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],

@@ -26,6 +26,7 @@ from typing import Optional
 
 import torch
 
+from ..layout import size_hints
 from ..reasons import SLOWER, Reason
 from ..spec import AttentionSpec
 from . import prefix
@@ -65,13 +66,6 @@ SPEED_RATIO = {
 }
 #: extra host time of the prefix split per step (two op calls and the row copies instead of one op), ms
 SPLIT_HOST_MS = {"train": 0.25, "infer": 0.08}
-
-
-def _concrete(*dims) -> Optional[tuple[int, ...]]:
-    try:
-        return tuple(int(d) for d in dims)
-    except (TypeError, ValueError):
-        return None
 
 
 def site_class(spec: AttentionSpec, bias: Optional[torch.Tensor], need_dbias: bool, L: int, S: int) -> tuple[str, float]:
@@ -115,7 +109,8 @@ def estimate(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: b
 
     ``cuda_graphs``: the graph runs under CUDA graphs (mode="reduce-overhead"): a replay issues no
     per-call host work on either side, so only the kernels count."""
-    shape = _concrete(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3])
+    # symbolic sizes (dynamic shapes) are judged at the size this compile saw, without specializing on it
+    shape = size_hints((q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]))
     if shape is None:
         return None
     B, H, L, S, D, Dv = shape

@@ -84,48 +84,13 @@ class _Recorder:
         return op
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _const_where(e: ir.Expr) -> bool:
     return e.op == "where" and e.args[1].op == "const" and e.args[2].op == "const"
 
 
-_FLIP = {"ge": "lt", "lt": "ge", "le": "gt", "gt": "le", "eq": "ne", "ne": "eq"}
-
-
 def _negate(c: ir.Expr) -> ir.Expr:
-    if c.op in _FLIP:
-        return ir.Expr(_FLIP[c.op], c.args)
+    if c.op in ir.NEGATED:
+        return ir.Expr(ir.NEGATED[c.op], c.args)
     if c.op == "and":
         return ir.Expr("or", tuple(_negate(a) for a in c.args))
     if c.op == "or":
@@ -137,8 +102,6 @@ def _negate(c: ir.Expr) -> ir.Expr:
     raise ValueError(f"cannot negate {c.op!r}")
 
 
-
-
 class Emitter:
     """Emits a spec's score_mod (+ mask_mod) and its derivative into one cuDNN graph."""
 
@@ -146,13 +109,14 @@ class Emitter:
         self.consts = dict(consts or {})  # value -> pass-by-value IR tensor (outer graph)
         self.score_expr, self.mask = lw.score, lw.mask
         self.inputs = list(inputs)  # IR tensors for (in i), created on the outer graph
+        self.lw = lw
         self.plan, self.deriv, self.guard, self.clamp = lw.mask_first, lw.deriv, lw.guard, lw.ninf_clamp
         self.g: Any = None
         self.memo: dict = {}
 
     @property
     def needs_bprop(self) -> bool:
-        return self.deriv is not None and not self.deriv.is_const(1.0)
+        return self.lw.needs_bprop
 
     # -- the two callbacks
     def score_mod(self, graph: Any, score: Any) -> Any:
@@ -309,7 +273,7 @@ class Emitter:
         if op in _CMP:
             (a, ka), (b, kb) = self._emit(e.args[0]), self._emit(e.args[1])
             if e.args[0].op == "const":  # c < x  ==  x > c
-                a, b, op = b, a, {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}.get(op, op)
+                a, b, op = b, a, ir.SWAPPED[op]
             # index vs index (the causal pattern): BOOLEAN compute as cuDNN's own causal helper,
             # which lets the forward skip masked tiles; anything with a scalar or a float: FLOAT
             both_index = ka == "int" and kb == "int"

@@ -457,7 +457,7 @@ def _d_bounds(e: ir.Expr) -> tuple[Optional[int], Optional[int]]:
     # a*(q - kv) + c cmp 0  ->  with d = q - kv:  d cmp' -c*a  (flip if a < 0)
     op = e.op
     if a < 0:
-        op = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[op]
+        op = ir.SWAPPED[op]
     t = -c * a
     if op == "ge":
         return (t, None)
@@ -474,7 +474,7 @@ def _abs_bounds(e: ir.Expr) -> tuple[Optional[int], Optional[int]]:
     op, left, right = e.op, e.args[0], e.args[1]
     if left.op != "abs":
         left, right = right, left
-        op = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[op]
+        op = ir.SWAPPED[op]
     if left.op != "abs" or op not in ("le", "lt"):
         return (None, None)
     x, y = _lin(left.args[0]), _lin(right)

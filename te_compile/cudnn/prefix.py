@@ -54,7 +54,7 @@ def _kv_below(e: ir.Expr) -> Optional[int]:
     a, b, c = x[0] - y[0], x[1] - y[1], x[2] - y[2]  # a*q + b*kv + c  (op)  0
     if a != 0 or abs(b) != 1:
         return None
-    op = e.op if b == 1 else {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}[e.op]
+    op = e.op if b == 1 else ir.SWAPPED[e.op]
     t = -c * b  # kv (op) t
     return {"lt": t, "le": t + 1}.get(op)
 
