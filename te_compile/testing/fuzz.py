@@ -583,8 +583,35 @@ def _emission_crash(c: Case, decisions: list) -> str:
         try:
             emit.structure(lw)
         except Exception as e:  # noqa: BLE001
-            return f"cuDNN emission raised {type(e).__name__}: {e} (spec {spec.describe()})"
+            return f"cuDNN emission raised {type(e).__name__}: {e} (spec {d.spec.describe()})"
     return ""
+
+
+def emission_digest(c: Case, decisions: list) -> list:
+    """Per site: the spec key and, for a flex site cuDNN would emit, a digest of the lowering record and of
+    the emitted op transcript (``emit.structure``). Two runs with equal digests build identical cuDNN graphs;
+    refactors compare them case by case (``--json`` carries them)."""
+    import hashlib
+    out = []
+    for d in decisions:
+        if d.spec is None:
+            out.append(None)
+            continue
+        item = {"spec": d.spec.key()}
+        if d.site.kind == "flex":
+            try:
+                from te_compile.cudnn import emit, lowering
+                lw = lowering.lower(dataclasses.replace(d.spec, impl="cudnn"), (c.L, c.S))
+                rec = (lw.unsupported, lw.band, lw.emitted, str(lw.deriv), str(lw.guard), lw.constants,
+                       None if lw.mask_first is None else (lw.mask_first.needs_min, str(lw.mask_first.deriv)),
+                       lw.ninf_clamp)
+                if lw.emitted and not lw.unsupported:
+                    rec += (emit.structure(lw),)
+                item["emission"] = hashlib.sha1(repr(rec).encode()).hexdigest()[:16]
+            except Exception as e:  # noqa: BLE001 - recorded, so a refactor that changes it shows
+                item["emission"] = f"raised {type(e).__name__}"
+        out.append(item)
+    return out
 
 
 def _nonfinite(res: dict) -> bool:
@@ -661,7 +688,8 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
         outcome, detail, decisions = compare(c, device, backend)
         reasons = [d.reason for d in decisions if not d.rewrite]
         r = {"seed": c.seed, "peer": c.peer, "outcome": outcome, "detail": detail, "case": c.to_json(),
-             "kept_reasons": reasons, "seconds": round(time.perf_counter() - t0, 2)}
+             "kept_reasons": reasons, "sites": emission_digest(c, decisions),
+             "seconds": round(time.perf_counter() - t0, 2)}
         results.append(r)
         if outcome in ("wrong", "crash"):
             print(f"--- {outcome.upper()}: {c.describe()}: {detail}", file=out)
