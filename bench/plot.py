@@ -1,6 +1,6 @@
 """Plot a benchmark JSON (``te-compile bench --json F``) as the PNG in docs/.
 
-    python3 bench/plot.py docs/bench-h200-2026-11-26.json docs/benchmarks.png   (needs matplotlib)
+    python3 bench/plot.py docs/data/bench-h200-2026-11-26.json docs/benchmarks.png   (needs matplotlib)
 """
 
 from __future__ import annotations
