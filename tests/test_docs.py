@@ -1,8 +1,12 @@
-"""docs/ follows the code: the feature tables list exactly the tested cases, every reason is documented."""
+"""docs/ follows the code: the feature tables list exactly the tested cases, every reason is documented; the
+pages a user reads name no work history, link only to files in the repository, show generated headline numbers
+and only commands that a test runs (or that say they need a GPU)."""
 
+import glob
 import os
 import re
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -53,3 +57,143 @@ def test_every_kept_reason_seen_in_tests_is_documented():
     for r in reasons:
         head = re.sub(r"\d+", "N", re.split(r"[=(:]", r)[0].strip())
         assert head in doc, r
+
+
+# --------------------------------------------------------------------------- the docs a user reads
+
+ROOT = os.path.dirname(os.path.dirname(DOCS))
+PAGES = ["README.md"] + sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+
+
+def _read(rel: str) -> str:
+    with open(os.path.join(ROOT, rel)) as f:
+        return f.read()
+
+
+# the history of the work, not something a user can act on: rounds of work, issue numbers, paths outside the repository
+_HISTORY = re.compile(r"""
+    \b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|this|that|last|next|previous|same)
+      \s+(?:session|round)s?\b
+  | \bsessions?\b
+  | \bissues?\s*(?:\#\s*)?\d+
+  | \bissues?\s+"
+  | (?<![\w&/])\#\d+\b
+  | \.\./shared
+""", re.I | re.X)
+
+
+def test_docs_name_no_work_rounds_issues_or_outside_paths():
+    bad = [f"{page}:{i}: {line.strip()[:120]}" for page in PAGES
+           for i, line in enumerate(_read(page).splitlines(), 1) if _HISTORY.search(line)]
+    assert not bad, "\n".join(bad)
+
+
+def _prose(text: str) -> str:
+    """The text without fenced code blocks and inline code (links inside them are not links)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).strip().lower()
+    return re.sub(r"[^\w\- ]", "", heading).replace(" ", "-")
+
+
+def _anchors(rel: str) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", _read(rel), flags=re.M | re.S)
+    return {_slug(h) for h in re.findall(r"^#{1,6}\s+(.*?)\s*#*$", text, flags=re.M)}
+
+
+def test_relative_links_resolve_inside_the_repository():
+    bad = []
+    for page in PAGES:
+        here = os.path.dirname(os.path.join(ROOT, page))
+        for target in re.findall(r"\]\(([^)\s]+)\)", _prose(_read(page))):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:: not a file here
+                continue
+            path, _, anchor = target.partition("#")
+            full = os.path.normpath(os.path.join(here, path)) if path else os.path.join(ROOT, page)
+            if os.path.commonpath([full, ROOT]) != ROOT or not os.path.exists(full):
+                bad.append(f"{page}: ({target}): no such file in the repository")
+            elif anchor and full.endswith(".md") and anchor not in _anchors(os.path.relpath(full, ROOT)):
+                bad.append(f"{page}: ({target}): no heading with that anchor")
+    assert not bad, "\n".join(bad)
+
+
+def test_repository_paths_named_in_the_docs_exist():
+    bad = []
+    for page in PAGES:
+        for i, line in enumerate(_read(page).splitlines(), 1):
+            for path in re.findall(r"(?<![\w./-])((?:bench|tests|te_compile|docs)/[\w./{},-]*[\w}])", line):
+                path = path.split("::")[0]
+                if "{" not in path and not os.path.exists(os.path.join(ROOT, path)):
+                    bad.append(f"{page}:{i}: {path}")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_benchmark_json_is_named_in_benchmarks_md():
+    bench = _read(os.path.join("docs", "benchmarks.md"))
+    data = sorted(os.listdir(os.path.join(ROOT, "docs", "data")))
+    assert data and not [f for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".json")]
+    assert [f for f in data if f.endswith(".json") and f not in bench] == []
+
+
+def _tables():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("docs_tables", os.path.join(ROOT, "docs", "tables.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_headline_table_is_generated_from_its_json():
+    tables = _tables()
+    tables.check()  # python docs/tables.py --check
+    for page in tables.TARGETS:
+        assert "<!-- table:flex-headline begin -->" in _read(page), page
+    # README's prose says no other headline number: the only speedups in it are the table's
+    readme = _read("README.md")
+    begin, end = readme.index("<!-- table:flex-headline begin -->"), readme.index("<!-- table:flex-headline end -->")
+    table = readme[begin:end]
+    outside = readme[:begin] + readme[end:]
+    assert set(re.findall(r"\d+\.\d+x", outside)) <= set(re.findall(r"\d+\.\d+x", table)), \
+        set(re.findall(r"\d+\.\d+x", outside))
+
+
+# README commands a CPU can run -> the tests that run them (reused, not run again here). Each test module must
+# name the subcommand and every flag of the README's command.
+_RUN_BY = {
+    "demo": "test_demo_output.py::test_demo_prints_one_report_and_no_warnings",
+    "explain": "test_cli_and_options.py::test_installed_script_finds_a_module_in_the_current_folder",
+    "explain --json": "test_cli_and_options.py::test_cli_explain_table_and_json",
+}
+
+
+def _readme_commands() -> list[tuple[str, str, list[str]]]:
+    """(line, subcommand, flags) for every `te-compile SUB ...` / `python -m te_compile SUB ...` in README.md."""
+    out = []
+    for line in _read("README.md").splitlines():
+        for m in re.finditer(r"(?:te-compile|python3? -m te_compile)[ \t]+(demo|explain|bench)\b([^#`\n]*)", line):
+            out.append((line, m.group(1), re.findall(r"(?<!\S)--?[a-z][\w-]*", m.group(2))))
+    return out
+
+
+def test_readme_commands_are_tested_or_marked_gpu_only(capsys):
+    from te_compile.__main__ import main
+
+    commands = _readme_commands()
+    assert {sub for _, sub, _ in commands} == {"demo", "explain", "bench"}, commands
+    for line, sub, flags in commands:
+        with pytest.raises(SystemExit):
+            main([sub, "--help"])
+        usage = capsys.readouterr().out
+        assert all(f in usage for f in flags), (line, flags)  # every flag shown exists
+        if re.search(r"\bneeds (?:a )?(?:CUDA )?GPU\b|\bneeds CUDA\b", line):
+            continue  # says it needs a GPU
+        key = " ".join([sub] + sorted(flags))
+        assert key in _RUN_BY, f"README command not run by any test: {line.strip()}"
+        module, test = _RUN_BY[key].split("::")
+        source = _read(os.path.join("tests", module))
+        assert f"def {test}(" in source, _RUN_BY[key]
+        assert all(f'"{w}"' in source for w in [sub] + flags), (_RUN_BY[key], sub, flags)
