@@ -204,3 +204,15 @@ def test_option_types_are_checked():
         te_compile.backend(verify="yes")
     with pytest.raises(TypeError, match="cuda_graphs must be None, True or False"):
         te_compile.backend(cuda_graphs="on")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_make_test_cuda_fails_clearly_without_a_gpu():
+    """`make test-cuda` on a CPU machine must fail with a message, not report "N skipped" and exit 0."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "Makefile")) as f:
+        recipe = f.read().split("\ntest-cuda:", 1)[1].split("\n\n", 1)[0]
+    guard = next(ln.strip().lstrip("@") for ln in recipe.splitlines() if "cuda.is_available" in ln)
+    cmd = guard.replace("$(PY)", sys.executable)
+    r = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "no CUDA GPU here" in r.stderr and "make test" in r.stderr, (r.returncode, r.stderr)
