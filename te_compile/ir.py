@@ -9,6 +9,10 @@ leaves ``score``, ``b``, ``h``, ``q_idx``, ``kv_idx`` and constants. It has
 * ``derivative``: d(expr)/d(score), symbolic, with light constant folding; cuDNN needs it as the
   ``score_mod_bprop`` (without one it silently uses 1).
 
+The tree, its text and ``parse`` live in te_compile.expr, and what each op means (its torch function,
+result kind, derivative rule) in its row of te_compile.opdefs; this module holds the analyses over
+whole expressions and re-exports the tree's names, so ``ir.Expr`` / ``ir.parse`` are the IR's API.
+
 Integer index arithmetic follows torch: the index leaves are int32, ``div`` is true division
 (float), ``floordiv`` / ``rem`` by a positive constant are exact on integers.
 """
@@ -22,32 +26,21 @@ from typing import Callable, Optional
 import torch
 
 from .expr import LEAVES, REFS, Const, Expr, add, div, mul, neg, parse, sub  # noqa: F401 - the IR's public names
-COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
-#: the comparison with its operands swapped: ``a < b`` is ``b > a``
-SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
-#: the negated comparison: ``not (a < b)`` is ``a >= b``
-NEGATED = {"ge": "lt", "lt": "ge", "le": "gt", "gt": "le", "eq": "ne", "ne": "eq"}
-LOGICAL = ("and", "or", "not")
+from .opdefs import LN2, OPS, NotDifferentiable, OpDef  # noqa: F401
 
-LN2 = 0.6931471805599453
+COMPARISONS = tuple(r.name for r in OPS.values() if r.kind == "compare")
+#: the comparison with its operands swapped: ``a < b`` is ``b > a``
+SWAPPED = {r.name: r.swapped for r in OPS.values() if r.kind == "compare"}
+#: the negated comparison: ``not (a < b)`` is ``a >= b``
+NEGATED = {r.name: r.negated for r in OPS.values() if r.kind == "compare"}
+LOGICAL = tuple(r.name for r in OPS.values() if r.kind == "logical")
+#: the float dtypes a cast may target: the value stays a float (the cast only changes precision)
+FLOAT_CASTS = ("float32", "float64", "float16", "bfloat16")
 
 _c = Expr.const
 
 
 # --------------------------------------------------------------------------- evaluation
-
-_UNARY_FNS: dict[str, Callable] = {
-    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "sqrt": torch.sqrt,
-    "rsqrt": torch.rsqrt, "not": torch.logical_not,
-}
-_BINARY_FNS: dict[str, Callable] = {
-    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.true_divide, "pow": torch.pow,
-    "min": torch.minimum, "max": torch.maximum, "rem": torch.remainder, "floordiv": torch.floor_divide,
-    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
-    "and": torch.logical_and, "or": torch.logical_or,
-}
-
 
 def evaluate(e: Expr, env: dict[str, torch.Tensor]) -> torch.Tensor:
     """Evaluate with torch; ``env`` maps the leaves used to (broadcastable) tensors."""
@@ -72,20 +65,8 @@ def evaluate(e: Expr, env: dict[str, torch.Tensor]) -> torch.Tensor:
         elif x.op == "cast":
             a = ev(x.args[0])
             r = a.to(getattr(torch, x.dtype)) if isinstance(a, torch.Tensor) else a
-        elif x.op in _UNARY_FNS:
-            r = _UNARY_FNS[x.op](_as_tensor(ev(x.args[0])))
-        elif x.op in _BINARY_FNS:
-            a, b = ev(x.args[0]), ev(x.args[1])
-            if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
-                a = _as_tensor(a)
-            if x.op in ("min", "max"):
-                a, b = _as_tensor(a), _as_tensor(b, like=a)
-            if not isinstance(a, torch.Tensor):  # python-number first operand
-                a = torch.as_tensor(a, device=b.device)
-            r = _BINARY_FNS[x.op](a, b)
-        elif x.op == "where":
-            c, a, b = (ev(y) for y in x.args)
-            r = torch.where(c, a, b)
+        elif x.op in OPS:
+            r = _apply(OPS[x.op], [ev(y) for y in x.args])
         else:
             raise ValueError(f"unknown op {x.op!r}")
         memo[key] = r
@@ -93,6 +74,22 @@ def evaluate(e: Expr, env: dict[str, torch.Tensor]) -> torch.Tensor:
 
     out = ev(e)
     return _as_tensor(out)
+
+
+def _apply(row: OpDef, vals: list):
+    """The op of ``row`` on evaluated operands (tensors or Python numbers), as torch computes it."""
+    if row.arity == 1:
+        return row.torch_fn(_as_tensor(vals[0]))
+    if row.arity == 3:
+        return row.torch_fn(*vals)
+    a, b = vals
+    if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+        a = _as_tensor(a)
+    if row.like_first:
+        a, b = _as_tensor(a), _as_tensor(b, like=a)
+    if not isinstance(a, torch.Tensor):  # python-number first operand
+        a = torch.as_tensor(a, device=b.device)
+    return row.torch_fn(a, b)
 
 
 def _as_tensor(v, like: torch.Tensor | None = None) -> torch.Tensor:
@@ -105,12 +102,8 @@ def _as_tensor(v, like: torch.Tensor | None = None) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- derivative
 
-class NotDifferentiable(ValueError):
-    pass
-
-
 def derivative(e: Expr, wrt: str = "score") -> Expr:
-    """d(e)/d(wrt), as an Expr (0.0 when e does not depend on ``wrt``)."""
+    """d(e)/d(wrt), as an Expr (0.0 when e does not depend on ``wrt``); each op's rule is its row's ``deriv``."""
     memo: dict[Expr, Expr] = {}
 
     def d(x: Expr) -> Expr:
@@ -123,64 +116,17 @@ def derivative(e: Expr, wrt: str = "score") -> Expr:
     def _d(x: Expr) -> Expr:
         if wrt not in x.leaves():
             return _c(0.0)
-        op, a = x.op, x.args
+        op = x.op
         if op == wrt:
             return _c(1.0)
         if op == "cast":
-            if x.dtype in ("float32", "float64", "float16", "bfloat16"):
-                return d(a[0])
+            if x.dtype in FLOAT_CASTS:
+                return d(x.args[0])
             return _c(0.0)  # integer / bool casts are piecewise constant
-        if op in COMPARISONS or op in LOGICAL:
-            return _c(0.0)
-        if op == "add":
-            return add(d(a[0]), d(a[1]))
-        if op == "sub":
-            return sub(d(a[0]), d(a[1]))
-        if op == "neg":
-            return neg(d(a[0]))
-        if op == "mul":
-            return add(mul(d(a[0]), a[1]), mul(a[0], d(a[1])))
-        if op == "div":
-            # (u/v)' = u'/v - u v' / v^2
-            return sub(div(d(a[0]), a[1]), div(mul(a[0], d(a[1])), mul(a[1], a[1])))
-        if op == "pow":
-            if wrt in a[1].leaves():
-                raise NotDifferentiable("pow with a score-dependent exponent")
-            n = a[1]
-            return mul(mul(n, Expr("pow", (a[0], sub(n, _c(1.0))))), d(a[0]))
-        if op == "exp":
-            return mul(x, d(a[0]))
-        if op == "exp2":
-            return mul(mul(x, _c(LN2)), d(a[0]))
-        if op == "log":
-            return div(d(a[0]), a[0])
-        if op == "tanh":
-            return mul(sub(_c(1.0), mul(x, x)), d(a[0]))
-        if op == "sigmoid":
-            return mul(mul(x, sub(_c(1.0), x)), d(a[0]))
-        if op == "sin":
-            return mul(Expr("cos", (a[0],)), d(a[0]))
-        if op == "cos":
-            return mul(neg(Expr("sin", (a[0],))), d(a[0]))
-        if op == "tan":
-            return mul(add(_c(1.0), mul(x, x)), d(a[0]))
-        if op == "sqrt":
-            return div(d(a[0]), mul(_c(2.0), x))
-        if op == "rsqrt":
-            return mul(mul(_c(-0.5), div(x, a[0])), d(a[0]))
-        if op == "abs":
-            sign = Expr("where", (Expr("lt", (a[0], _c(0.0))), _c(-1.0), _c(1.0)))
-            return mul(sign, d(a[0]))
-        if op in ("min", "max"):
-            cmp = "le" if op == "min" else "ge"
-            return Expr("where", (Expr(cmp, (a[0], a[1])), d(a[0]), d(a[1])))
-        if op == "where":
-            return Expr("where", (a[0], d(a[1]), d(a[2])))
-        if op in ("rem", "floordiv"):
-            if op == "rem":
-                return d(a[0])  # d/dx (x mod c) = 1 almost everywhere
-            return _c(0.0)
-        raise NotDifferentiable(f"no derivative rule for {op!r}")
+        row = OPS.get(op)
+        if row is None or row.deriv is None:
+            raise NotDifferentiable(f"no derivative rule for {op!r}")
+        return row.deriv(x, d, wrt)
 
     return d(e)
 
@@ -209,14 +155,18 @@ def _kind(e: Expr, score_kind: str) -> str:
         return e.dtype or "float"
     if op == "cast":
         return "bool" if e.dtype == "bool" else ("int" if e.dtype.startswith("int") else "float")
-    if op in COMPARISONS or op in LOGICAL:
+    row = OPS.get(op)
+    result = row.result if row is not None else "promote"
+    if result == "bool":
         return "bool"
-    kinds = [_kind(a, score_kind) for a in e.args[1:] if op == "where"] or [_kind(a, score_kind) for a in e.args]
-    if op in ("div", "exp", "exp2", "log", "tanh", "sigmoid", "sin", "cos", "tan", "sqrt", "rsqrt"):
+    # a select's kind is its branches' (the condition is a bool)
+    kinds = [_kind(a, score_kind) for a in e.args[1:] if row is not None and row.kind == "select"] \
+        or [_kind(a, score_kind) for a in e.args]
+    if result == "float":
         return "float"
     if "float" in kinds:
         return "float"
-    if all(k == "bool" for k in kinds) and op in ("where", "add", "mul", "min", "max"):
+    if all(k == "bool" for k in kinds) and result == "promote_bool":
         return "bool"  # torch: bool + bool is OR, bool * bool is AND, both stay bool
     return "int"
 

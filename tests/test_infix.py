@@ -14,6 +14,7 @@ import torch
 
 from te_compile import ir
 from te_compile.infix import infix
+from te_compile.opdefs import OPS
 
 CASES = [
     # arithmetic and precedence
@@ -93,7 +94,7 @@ def test_infix_text(sexpr, want):
     assert infix(ir.parse(sexpr)) == want
 
 
-# one expression per IR op and its form: a new op in ir.evaluate's tables fails here until it has one
+# one expression per IR op and its form: a new row in te_compile.opdefs fails here until it has one
 EVERY_OP = {
     "neg": ("(neg score)", "-score"), "abs": ("(abs score)", "abs(score)"), "exp": ("(exp score)", "exp(score)"),
     "exp2": ("(exp2 score)", "exp2(score)"), "log": ("(log score)", "log(score)"),
@@ -120,7 +121,7 @@ EVERY_OP = {
 
 
 def test_every_ir_op_has_its_own_form():
-    ops = set(ir._UNARY_FNS) | set(ir._BINARY_FNS) | {"where", "index", "cast", "const"} | set(ir.REFS)
+    ops = set(OPS) | {"index", "cast", "const"} | set(ir.REFS)
     assert ops <= set(EVERY_OP), sorted(ops - set(EVERY_OP))
     for leaf in ir.LEAVES:
         assert infix(ir.parse(leaf)) == leaf
@@ -152,8 +153,9 @@ def _cast(dtype):
 
 _MIN, _MAX = _minmax(torch.minimum), _minmax(torch.maximum)
 FUNCTIONS = {
-    **{name: (lambda fn: lambda x: fn(_t(x)))(getattr(torch, name))
-       for name in ("abs", "exp", "exp2", "log", "tanh", "sigmoid", "sin", "cos", "tan", "sqrt", "rsqrt")},
+    # the one-operand functions of the infix form (abs, exp, tanh, ...) are their rows' torch functions
+    **{r.infix.text: (lambda fn: lambda x: fn(_t(x)))(r.torch_fn)
+       for r in OPS.values() if r.infix.form == "function" and r.arity == 1},
     "min": _MIN, "max": _MAX, "clamp": lambda x, lo, hi: _MIN(_MAX(x, lo), hi),
     "where": lambda c, a, b: torch.where(c, a, b),
     "logical_not": lambda x: torch.logical_not(_t(x)),
