@@ -25,8 +25,8 @@ from typing import Any, Optional, Sequence
 import cudnn
 
 from .. import ir
-from .lowering import (_ARITH, _CMP, _FLOAT_CASTS, _FLOAT_UNARY, _INT_OK, BIG, MAX_INT_POW, Lowering, _has_score,
-                       _int_by_const, _refs_input, is_causal_cmp)
+from ..opdefs import OPS, Cudnn
+from .lowering import BIG, MAX_INT_POW, Lowering, has_score, int_by_const, is_causal_cmp, refs_input
 
 _I32, _F32, _BOOL = cudnn.data_type.INT32, cudnn.data_type.FLOAT, cudnn.data_type.BOOLEAN
 _AXES = {"b": 0, "q_idx": 2, "kv_idx": 3}
@@ -249,7 +249,7 @@ class Emitter:
 
     def _emit_new(self, e: ir.Expr) -> tuple[Any, str]:
         g, op = self.g, e.op
-        if op not in ("const", "in") and not e.leaves() and not _refs_input(e):
+        if op not in ("const", "in") and not e.leaves() and not refs_input(e):
             # a constant sub-expression: cuDNN cannot run an op on scalars alone ("All input
             # shapes provided are empty"), so fold it here
             return self._const(float(ir.evaluate(e, {}).item())), "float"
@@ -269,41 +269,74 @@ class Emitter:
             if ir.kind_of(e.args[0]) == "bool" and e.dtype != "bool":
                 return self._number(e.args[0])
             t, kind = self._emit(e.args[0])
-            return t, ("float" if e.dtype in _FLOAT_CASTS else kind)
-        if op in _CMP:
-            (a, ka), (b, kb) = self._emit(e.args[0]), self._emit(e.args[1])
-            if e.args[0].op == "const":  # c < x  ==  x > c
-                a, b, op = b, a, ir.SWAPPED[op]
-            # index vs index (the causal pattern): BOOLEAN compute as cuDNN's own causal helper,
-            # which lets the forward skip masked tiles; anything with a scalar or a float: FLOAT
-            both_index = ka == "int" and kb == "int"
-            compute = _BOOL if both_index else _F32
-            t = getattr(g, _CMP[op])(a, b, compute_data_type=compute)
-            t.set_data_type(_BOOL)
-            return t, "bool"
-        if op in ("and", "or"):
-            (a, _), (b, _) = self._emit(e.args[0]), self._emit(e.args[1])
-            t = getattr(g, "logical_" + op)(a, b, compute_data_type=_BOOL)
-            t.set_data_type(_BOOL)
-            return t, "bool"
-        if op == "not":
-            t = g.logical_not(self._emit(e.args[0])[0], compute_data_type=_BOOL)
-            t.set_data_type(_BOOL)
-            return t, "bool"
-        if op == "where":
-            c, a, b = e.args
-            if a.op == "const" and b.op == "const":
-                return self._select(c, self._full(float(a.value)), self._full(float(b.value))), "float"
-            if a.op == "const":  # keep a virtual tensor as binary_select's first input
-                c, a, b = _negate(c), b, a
-            return self._select(c, self._number(a)[0], self._number(b)[0]), "float"
-        if op in ("add", "sub", "mul") and any(_const_where(x) for x in e.args):
+            return t, ("float" if e.dtype in ir.FLOAT_CASTS else kind)
+        row = OPS.get(op)
+        style = _STYLES.get(row.cudnn.style) if row is not None and isinstance(row.cudnn, Cudnn) else None
+        if style is None:
+            raise ValueError(f"no cuDNN emission for {op!r}")
+        return style(self, e, row.cudnn)
+
+    # -- one method per emission style (te_compile.opdefs.Cudnn.style); ``c`` is the op's row's Cudnn
+    def _compare(self, e: ir.Expr, c: Cudnn) -> tuple[Any, str]:
+        (a, ka), (b, kb) = self._emit(e.args[0]), self._emit(e.args[1])
+        if e.args[0].op == "const":  # c < x  ==  x > c
+            a, b, c = b, a, OPS[OPS[e.op].swapped].cudnn
+        # index vs index (the causal pattern): BOOLEAN compute as cuDNN's own causal helper,
+        # which lets the forward skip masked tiles; anything with a scalar or a float: FLOAT
+        both_index = ka == "int" and kb == "int"
+        compute = _BOOL if both_index else _F32
+        t = getattr(self.g, c.op)(a, b, compute_data_type=compute)
+        t.set_data_type(_BOOL)
+        return t, "bool"
+
+    def _logical(self, e: ir.Expr, c: Cudnn) -> tuple[Any, str]:
+        args = [self._emit(a)[0] for a in e.args]
+        t = getattr(self.g, c.op)(*args, compute_data_type=_BOOL)
+        t.set_data_type(_BOOL)
+        return t, "bool"
+
+    def _where(self, e: ir.Expr, c: Cudnn) -> tuple[Any, str]:
+        cond, a, b = e.args
+        if a.op == "const" and b.op == "const":
+            return self._select(cond, self._full(float(a.value)), self._full(float(b.value))), "float"
+        if a.op == "const":  # keep a virtual tensor as binary_select's first input
+            cond, a, b = _negate(cond), b, a
+        return self._select(cond, self._number(a)[0], self._number(b)[0]), "float"
+
+    def _unary(self, e: ir.Expr, c: Cudnn) -> tuple[Any, str]:
+        a, kind = self._number(e.args[0])
+        if kind == "int" and c.int_ok:
+            t = getattr(self.g, c.op)(a, compute_data_type=_I32)
+            t.set_data_type(_I32)
+            return t, "int"
+        return self._f(getattr(self.g, c.op)(a, compute_data_type=_F32)), "float"
+
+    def _scaled_unary(self, e: ir.Expr, c: Cudnn) -> tuple[Any, str]:
+        """op(x * scale): exp2(x) is exp(x ln 2)."""
+        x = self._number(e.args[0])[0]
+        scaled = self._f(self.g.mul(x, self._const(c.scale), compute_data_type=_F32))
+        return self._f(getattr(self.g, c.op)(scaled, compute_data_type=_F32)), "float"
+
+    def _arith(self, e: ir.Expr, c: Cudnn) -> tuple[Any, str]:
+        op = e.op
+        if c.over_const_where and any(_const_where(x) for x in e.args):
             # x (+-*) where(c, k1, k2)  ->  where(c, x (+-*) k1, x (+-*) k2)
             i = 0 if _const_where(e.args[0]) else 1
             w, other = e.args[i], e.args[1 - i]
             branch = [ir.Expr(op, (w.args[j], other) if i == 0 else (other, w.args[j])) for j in (1, 2)]
             return self._emit(ir.Expr("where", (w.args[0], *branch)))
-        if op == "pow" and e.args[1].op == "const" and float(e.args[1].value).is_integer() \
+        if c.score_first and has_score(e.args[1]) and not has_score(e.args[0]):
+            return self._emit(ir.Expr(op, (e.args[1], e.args[0])))  # Cudnn.score_first says why
+        (a, ka), (b, kb) = self._number(e.args[0]), self._number(e.args[1])
+        if c.int_ok and ka == "int" and kb == "int":
+            t = getattr(self.g, c.op)(a, b, compute_data_type=_I32)
+            t.set_data_type(_I32)
+            return t, "int"
+        return self._binary(c.op, a, b, e.args[0].op == "const"), "float"
+
+    def _power(self, e: ir.Expr, c: Cudnn) -> tuple[Any, str]:
+        """Integer powers up to MAX_INT_POW as products (lowering.MAX_INT_POW says why), others as pow."""
+        if e.args[1].op == "const" and float(e.args[1].value).is_integer() \
                 and abs(float(e.args[1].value)) <= MAX_INT_POW:
             n = int(float(e.args[1].value))
             if n == 0:
@@ -311,48 +344,35 @@ class Emitter:
             x = self._number(e.args[0])[0]
             t = x
             for _ in range(abs(n) - 1):
-                t = self._f(g.mul(t, x, compute_data_type=_F32))
+                t = self._f(self.g.mul(t, x, compute_data_type=_F32))
             if n < 0:
-                t = self._f(g.reciprocal(t, compute_data_type=_F32))
+                t = self._f(self.g.reciprocal(t, compute_data_type=_F32))
             return t, "float"
-        if op == "exp2":  # 2^x = exp(x ln 2)
-            x = self._number(e.args[0])[0]
-            return self._f(g.exp(self._f(g.mul(x, self._const(ir.LN2), compute_data_type=_F32)),
-                                 compute_data_type=_F32)), "float"
-        if op in _FLOAT_UNARY:
-            a, kind = self._number(e.args[0])
-            if kind == "int" and op in _INT_OK:
-                t = getattr(g, op)(a, compute_data_type=_I32)
-                t.set_data_type(_I32)
-                return t, "int"
-            return self._f(getattr(g, _FLOAT_UNARY[op])(a, compute_data_type=_F32)), "float"
-        if op in ("add", "mul", "min", "max") and _has_score(e.args[1]) and not _has_score(e.args[0]):
-            # the score-dependent operand first: `g + score` with no bprop gave dQ / dK off by 1e10
-            # on the H200 (fuzzer), `score + g` is right
-            return self._emit(ir.Expr(op, (e.args[1], e.args[0])))
-        if op in _ARITH:
-            (a, ka), (b, kb) = self._number(e.args[0]), self._number(e.args[1])
-            if op in _INT_OK and ka == "int" and kb == "int":
-                t = getattr(g, op)(a, b, compute_data_type=_I32)
-                t.set_data_type(_I32)
-                return t, "int"
-            return self._binary(_ARITH[op], a, b, e.args[0].op == "const"), "float"
-        if op in ("floordiv", "rem"):
-            (a, _), (b, _) = self._number(e.args[0]), self._number(e.args[1])
-            if _int_by_const(e):
-                # integers by a positive integer constant c: floor((a + 0.5) * (1/c)) is exact for
-                # |a| < 2^21 (cuDNN's division is not correctly rounded: floor(6 / 3) gave 1)
-                c = float(e.args[1].value)
-                half = self._f(g.add(a, self._const(0.5), compute_data_type=_F32))
-                q = self._f(g.floor(self._f(g.mul(half, self._const(1.0 / c), compute_data_type=_F32)),
-                                    compute_data_type=_F32))
-            else:  # float operands: floor(a / b) as eager computes it in float
-                q = self._f(g.floor(self._binary("div", a, b, e.args[0].op == "const"), compute_data_type=_F32))
-            if op == "floordiv":
-                return q, "float"
-            # a - floor(a / b) * b  (Python / torch.remainder sign convention)
-            return self._binary("sub", a, self._binary("mul", q, b, False), e.args[0].op == "const"), "float"
-        raise ValueError(f"no cuDNN emission for {op!r}")
+        return self._arith(e, c)
+
+    def _floor_division(self, e: ir.Expr, c: Cudnn) -> tuple[Any, str]:
+        """floordiv as floor(a / b); rem (the "remainder" style) as a - floor(a / b) * b."""
+        g = self.g
+        (a, _), (b, _) = self._number(e.args[0]), self._number(e.args[1])
+        if int_by_const(e):
+            # integers by a positive integer constant k: floor((a + 0.5) * (1/k)) is exact for
+            # |a| < 2^21 (cuDNN's division is not correctly rounded: floor(6 / 3) gave 1)
+            k = float(e.args[1].value)
+            half = self._f(g.add(a, self._const(0.5), compute_data_type=_F32))
+            q = self._f(getattr(g, c.op)(self._f(g.mul(half, self._const(1.0 / k), compute_data_type=_F32)),
+                                         compute_data_type=_F32))
+        else:  # float operands: floor(a / b) as eager computes it in float
+            q = self._f(getattr(g, c.op)(self._binary("div", a, b, e.args[0].op == "const"), compute_data_type=_F32))
+        if c.style == "floor_divide":
+            return q, "float"
+        # a - floor(a / b) * b  (Python / torch.remainder sign convention)
+        return self._binary("sub", a, self._binary("mul", q, b, False), e.args[0].op == "const"), "float"
+
+
+#: emission style -> the Emitter's method
+_STYLES = {"compare": Emitter._compare, "logical": Emitter._logical, "select": Emitter._where,
+           "unary": Emitter._unary, "scaled_unary": Emitter._scaled_unary, "arith": Emitter._arith,
+           "power": Emitter._power, "floor_divide": Emitter._floor_division, "remainder": Emitter._floor_division}
 
 
 __all__ = ["Emitter", "structure"]

@@ -29,15 +29,8 @@ import math
 from typing import Optional
 
 from .. import ir
+from ..opdefs import OPS, Cudnn, NotOnCudnn
 from ..spec import AttentionSpec
-
-#: IR op -> cuDNN pointwise op name (emit.py calls these on the graph)
-_FLOAT_UNARY = {"neg": "neg", "abs": "abs", "exp": "exp", "log": "log", "tanh": "tanh", "sigmoid": "sigmoid",
-                "sin": "sin", "cos": "cos", "tan": "tan", "sqrt": "sqrt", "rsqrt": "rsqrt"}
-_ARITH = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "min": "min", "max": "max", "pow": "pow"}
-_INT_OK = ("add", "sub", "mul", "neg", "abs", "min", "max")
-_CMP = {"eq": "cmp_eq", "ne": "cmp_neq", "lt": "cmp_lt", "le": "cmp_le", "gt": "cmp_gt", "ge": "cmp_ge"}
-_FLOAT_CASTS = ("float32", "float64", "float16", "bfloat16")
 
 #: integer powers up to this magnitude are emitted as products (cuDNN's pow of a negative base is
 #: NaN even for integer exponents: pow(score * c, 2) gave NaN on the H200)
@@ -156,13 +149,10 @@ def _constants(score: Optional[ir.Expr], mask: Optional[ir.Expr], plan: "Optiona
             return
         if e.op == "const" and not isinstance(e.value, bool) and _uses_pbv(float(e.value), mode):
             out[float(e.value)] = None
-        if e.op == "exp2" and _uses_pbv(ir.LN2, mode):  # emitted as exp(x * ln 2)
-            out[ir.LN2] = None
-        if e.op in ("floordiv", "rem") and _int_by_const(e):  # the exact integer division's constants
-            for v in (0.5, 1.0 / float(e.args[1].value)):
-                if _uses_pbv(v, mode):
-                    out[v] = None
-        if e.op not in ("const", "in") and e.args and not e.leaves() and not _refs_input(e):
+        for v in _emission_constants(e):
+            if _uses_pbv(v, mode):
+                out[v] = None
+        if e.op not in ("const", "in") and e.args and not e.leaves() and not refs_input(e):
             v = float(ir.evaluate(e, {}).item())  # folded at emission
             if _uses_pbv(v, mode):
                 out[v] = None
@@ -181,6 +171,20 @@ def _constants(score: Optional[ir.Expr], mask: Optional[ir.Expr], plan: "Optiona
     elif score is not None:
         walk(ir.derivative(score))
     return tuple(out)
+
+
+def _emission_constants(e: ir.Expr) -> tuple[float, ...]:
+    """The constants the cuDNN emission of ``e``'s op adds (emit.py's styles): the factor of a scaled
+    unary (exp2 is exp(x * ln 2)), the exact integer division's 0.5 and 1 / c."""
+    row = OPS.get(e.op)
+    c = row.cudnn if row is not None else None
+    if not isinstance(c, Cudnn):
+        return ()
+    if c.style == "scaled_unary":
+        return (c.scale,)
+    if c.style in ("floor_divide", "remainder") and int_by_const(e):
+        return (0.5, 1.0 / float(e.args[1].value))
+    return ()
 
 
 #: kv tile multiple below which no guard is needed
@@ -236,7 +240,7 @@ def _kv_guard(e: Optional[ir.Expr], lengths: tuple[int, int], enabled: bool) -> 
         # padded query rows of a ragged L are not -inf: q is 0 there, so they see f(0, indices, inputs), and
         # an index term as large as q_idx overflowed exp(f - lse) in the backward (score + q_idx at L = 200,
         # S = 64: dQ / dK inf, H100, cuDNN 9.19). Mask those rows when f reads anything besides the score
-        if L > 0 and L % KV_TILE and (e.leaves() - {"score"} or _refs_input(e)):
+        if L > 0 and L % KV_TILE and (e.leaves() - {"score"} or refs_input(e)):
             return ir.Expr("lt", (ir.Expr.leaf("q_idx"), ir.Expr.const(int(L))))
         return None
     # f(-inf) = +inf / NaN or a non-finite f'(-inf): the backward also evaluates positions past the
@@ -272,85 +276,27 @@ def _ninf(e: ir.Expr) -> str:
     if op == "const":
         v = float(e.value)
         return "fin" if math.isfinite(v) else ("+inf" if v > 0 else ("-inf" if v < 0 else "nan"))
-    if not _has_score(e):
+    if not has_score(e):
         return "fin"
     a = [_ninf(x) for x in e.args]
     if "nan" in a:
         return "nan"
-    if op in ("eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"):
-        return "fin"
     if op == "cast":
-        return a[0] if e.dtype in _FLOAT_CASTS else ("fin" if a[0] == "fin" else "nan")
-    if op == "neg":
-        return _NEG[a[0]]
-    if op in ("tanh", "sigmoid"):
-        return "fin"
-    if op in ("exp", "exp2"):
-        return "+inf" if a[0] == "+inf" else "fin"
-    if op == "abs":
-        return "fin" if a[0] == "fin" else "+inf"
-    if op == "add":
-        return _add(a[0], a[1])
-    if op == "sub":
-        return _add(a[0], _NEG[a[1]])
-    if op in ("mul", "div"):
-        x, y = a
-        if op == "div":
-            if y != "fin":
-                return "fin" if x == "fin" else "nan"  # finite / inf = 0
-            c = e.args[1]
-            if c.op != "const" or float(c.value) == 0:
-                return "nan"  # a divisor that may be 0 where the score is -inf
-            return x if float(c.value) > 0 else _NEG[x]
-        if x == "fin" and y == "fin":
-            return "fin"
-        if x != "fin" and y != "fin":
-            return "+inf" if x == y else "-inf"
-        inf, other = (x, e.args[1]) if x != "fin" else (y, e.args[0])
-        if other.op != "const" or float(other.value) == 0:
-            return "nan"  # inf * (maybe 0)
-        return inf if float(other.value) > 0 else _NEG[inf]
-    if op == "pow":
-        n = float(e.args[1].value) if e.args[1].op == "const" else None
-        if n is None:
-            return "nan"
-        if a[0] == "fin":  # a score-dependent base: 0 ** negative is inf
-            return "fin" if n >= 0 and n.is_integer() else "nan"
-        if n < 0:
-            return "fin"
-        if not n.is_integer() or n == 0:
-            return "nan" if not n.is_integer() else "fin"
-        return "+inf" if (a[0] == "+inf" or int(n) % 2 == 0) else "-inf"
-    if op in ("min", "max"):
-        lo, hi = ("-inf", "+inf") if op == "min" else ("+inf", "-inf")
-        if lo in a:
-            return lo
-        return "fin" if all(x == "fin" for x in a) else ("fin" if "fin" in a else hi)
-    if op == "where":
-        x, y = a[1], a[2]
-        return x if x == y else "nan"
-    return "nan"  # log, sqrt, rsqrt, sin, cos, tan, rem, floordiv, ...
+        return a[0] if e.dtype in ir.FLOAT_CASTS else ("fin" if a[0] == "fin" else "nan")
+    row = OPS.get(op)
+    if row is None or row.at_neg_inf is None:
+        return "nan"  # log, sqrt, rsqrt, sin, cos, tan, rem, floordiv, ...: NaN possible or not known
+    return row.at_neg_inf(e, a)
 
 
-_NEG = {"fin": "fin", "+inf": "-inf", "-inf": "+inf", "nan": "nan"}
-
-
-def _add(x: str, y: str) -> str:
-    if x == "fin":
-        return y
-    if y == "fin" or x == y:
-        return x
-    return "nan"
-
-
-def _int_by_const(e: ir.Expr) -> bool:
+def int_by_const(e: ir.Expr) -> bool:
     """``e`` is an integer floordiv / rem by a positive integer constant."""
     c = e.args[1]
     return (c.op == "const" and c.dtype == "int" and int(c.value) > 0 and ir.kind_of(e.args[0]) in ("int", "bool"))
 
 
-def _has_score(e: ir.Expr) -> bool:
-    return e.op == "score" or any(_has_score(a) for a in e.args)
+def has_score(e: ir.Expr) -> bool:
+    return e.op == "score" or any(has_score(a) for a in e.args)
 
 
 def _unsupported_reason(score: Optional[ir.Expr], mask: Optional[ir.Expr]) -> Optional[str]:
@@ -365,9 +311,10 @@ def _unsupported_reason(score: Optional[ir.Expr], mask: Optional[ir.Expr]) -> Op
 
 
 def _unsupported(e: ir.Expr, cond: bool = False) -> Optional[str]:
-    if e.op in ("and", "or", "not"):  # as a value it is a 1.0 / 0.0 select (Emitter._number)
+    row = OPS.get(e.op)
+    if row is not None and row.kind == "logical":  # as a value it is a 1.0 / 0.0 select (Emitter._number)
         return next((w for w in (_unsupported(a, True) for a in e.args) if w), None)
-    if e.op == "where":
+    if row is not None and row.kind == "select":
         return next((w for w in (_unsupported(a, i == 0) for i, a in enumerate(e.args)) if w), None)
     if e.op in ("score", "q_idx", "kv_idx", "in"):
         return None
@@ -377,23 +324,39 @@ def _unsupported(e: ir.Expr, cond: bool = False) -> Optional[str]:
         return "a bool constant" if e.dtype == "bool" else None
     if e.op == "cast":
         src = ir.kind_of(e.args[0])
-        if e.dtype in _FLOAT_CASTS or (e.dtype.startswith("int") and src in ("int", "bool")):
+        if e.dtype in ir.FLOAT_CASTS or (e.dtype.startswith("int") and src in ("int", "bool")):
             return _unsupported(e.args[0], cond=(src == "bool"))
         return f"a cast from {src} to {e.dtype}"
-    if e.op == "pow" and e.args[1].op != "const":
-        return "pow with a non-constant exponent"
-    if e.op in ("floordiv", "rem") and ir.kind_of(e.args[0]) != "float" and ir.kind_of(e.args[1]) != "float" \
-            and not _int_by_const(e):
-        return f"integer {e.op} by a non-constant or non-positive divisor (cuDNN's division is inexact)"
     if e.op in ("buf", "index"):
         return "a captured-tensor gather"
-    if e.op not in (*_FLOAT_UNARY, *_ARITH, *_CMP, "and", "or", "not", "where", "rem", "floordiv", "exp2"):
+    if row is None:
         return f"no cuDNN op for {e.op!r}"
+    if isinstance(row.cudnn, NotOnCudnn):
+        return row.cudnn.reason
+    limit = _STYLE_LIMITS.get(row.cudnn.style)
+    why = limit(e) if limit is not None else None
+    if why:
+        return why
     for a in e.args:
         why = _unsupported(a)
         if why:
             return why
     return None
+
+
+def _pow_limit(e: ir.Expr) -> Optional[str]:
+    return "pow with a non-constant exponent" if e.args[1].op != "const" else None
+
+
+def _floor_limit(e: ir.Expr) -> Optional[str]:
+    if ir.kind_of(e.args[0]) != "float" and ir.kind_of(e.args[1]) != "float" and not int_by_const(e):
+        return f"integer {e.op} by a non-constant or non-positive divisor (cuDNN's division is inexact)"
+    return None
+
+
+#: what an emission style (te_compile.opdefs.Cudnn.style) cannot emit: the power style takes constant
+#: exponents only, the floor divisions are exact on integers only by a positive integer constant
+_STYLE_LIMITS = {"power": _pow_limit, "floor_divide": _floor_limit, "remainder": _floor_limit}
 
 
 def _native_band(spec: AttentionSpec, mask: Optional[ir.Expr]) -> Optional[tuple[Optional[int], int]]:
@@ -406,7 +369,7 @@ def _native_band(spec: AttentionSpec, mask: Optional[ir.Expr]) -> Optional[tuple
     (``q_idx - kv_idx <= W`` -> W + 1)."""
     if spec.score or not spec.mask_mod:
         return None
-    lo, hi = _d_bounds(mask)
+    lo, hi = diagonal_bounds(mask)
     if lo is None or lo > 0:
         return None  # no right bound, or one left of the diagonal: in-graph mask
     if hi is not None and hi < 0:
@@ -414,7 +377,7 @@ def _native_band(spec: AttentionSpec, mask: Optional[ir.Expr]) -> Optional[tuple
     return (None if hi is None else hi + 1, -lo)
 
 
-def _lin(e: ir.Expr) -> Optional[tuple[int, int, int]]:
+def linear_in_indices(e: ir.Expr) -> Optional[tuple[int, int, int]]:
     """e as a*q_idx + b*kv_idx + c with integer a, b, c (or None)."""
     if e.op == "q_idx":
         return (1, 0, 0)
@@ -423,32 +386,32 @@ def _lin(e: ir.Expr) -> Optional[tuple[int, int, int]]:
     if e.op == "const" and e.dtype == "int":
         return (0, 0, int(e.value))
     if e.op in ("add", "sub"):
-        x, y = _lin(e.args[0]), _lin(e.args[1])
+        x, y = linear_in_indices(e.args[0]), linear_in_indices(e.args[1])
         if x is None or y is None:
             return None
         s = 1 if e.op == "add" else -1
         return (x[0] + s * y[0], x[1] + s * y[1], x[2] + s * y[2])
     if e.op == "neg":
-        x = _lin(e.args[0])
+        x = linear_in_indices(e.args[0])
         return None if x is None else (-x[0], -x[1], -x[2])
     return None
 
 
-def _d_bounds(e: ir.Expr) -> tuple[Optional[int], Optional[int]]:
+def diagonal_bounds(e: ir.Expr) -> tuple[Optional[int], Optional[int]]:
     """Bounds lo <= (q_idx - kv_idx) <= hi implied by a conjunction of comparisons; (None, None)
     when the mask is anything else."""
     if e.op == "and":
-        a, b = _d_bounds(e.args[0]), _d_bounds(e.args[1])
+        a, b = diagonal_bounds(e.args[0]), diagonal_bounds(e.args[1])
         if a == (None, None) or b == (None, None):
             return (None, None)  # one side is not a constraint on q_idx - kv_idx
         los = [x for x in (a[0], b[0]) if x is not None]
         his = [x for x in (a[1], b[1]) if x is not None]
         return (max(los) if los else None, min(his) if his else None)
-    if e.op not in _CMP or e.op in ("eq", "ne"):
+    if e.op not in ir.COMPARISONS or e.op in ("eq", "ne"):
         return (None, None)
     if any(a.op == "abs" for a in e.args):
         return _abs_bounds(e)
-    x, y = _lin(e.args[0]), _lin(e.args[1])
+    x, y = linear_in_indices(e.args[0]), linear_in_indices(e.args[1])
     if x is None or y is None:
         return (None, None)
     a, b, c = x[0] - y[0], x[1] - y[1], x[2] - y[2]  # a*q + b*kv + c  (cmp)  0
@@ -477,7 +440,7 @@ def _abs_bounds(e: ir.Expr) -> tuple[Optional[int], Optional[int]]:
         op = ir.SWAPPED[op]
     if left.op != "abs" or op not in ("le", "lt"):
         return (None, None)
-    x, y = _lin(left.args[0]), _lin(right)
+    x, y = linear_in_indices(left.args[0]), linear_in_indices(right)
     if x is None or y is None or y[0] or y[1]:
         return (None, None)
     a, b, c = x
@@ -488,5 +451,5 @@ def _abs_bounds(e: ir.Expr) -> tuple[Optional[int], Optional[int]]:
     return (-t - c, t - c) if a == 1 else (c - t, c + t)
 
 
-def _refs_input(e: ir.Expr) -> bool:
-    return e.op == "in" or any(_refs_input(a) for a in e.args)
+def refs_input(e: ir.Expr) -> bool:
+    return e.op == "in" or any(refs_input(a) for a in e.args)

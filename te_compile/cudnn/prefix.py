@@ -34,7 +34,7 @@ from torch import Tensor
 from .. import ir
 from ..layout import empty_like_layout
 from ..spec import AttentionSpec
-from .lowering import _d_bounds, _lin
+from .lowering import diagonal_bounds, linear_in_indices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ def _kv_below(e: ir.Expr) -> Optional[int]:
     """P when ``e`` is ``kv_idx < P`` in any spelling (``kv <= P - 1``, ``P > kv``, constant offsets)."""
     if e.op not in ("lt", "le", "gt", "ge"):
         return None
-    x, y = _lin(e.args[0]), _lin(e.args[1])
+    x, y = linear_in_indices(e.args[0]), linear_in_indices(e.args[1])
     if x is None or y is None:
         return None
     a, b, c = x[0] - y[0], x[1] - y[1], x[2] - y[2]  # a*q + b*kv + c  (op)  0
@@ -69,7 +69,7 @@ def split(spec: AttentionSpec, L: int, S: int) -> Optional[Split]:
         return None
     for kv_side, causal_side in ((mask.args[0], mask.args[1]), (mask.args[1], mask.args[0])):
         P = _kv_below(kv_side)
-        if P is None or _d_bounds(causal_side) != (0, None):  # q - kv >= 0 and nothing else
+        if P is None or diagonal_bounds(causal_side) != (0, None):  # q - kv >= 0 and nothing else
             continue
         if not 0 < P < min(L, S):
             return None  # no causal part inside the lengths: not worth a split
