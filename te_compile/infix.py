@@ -19,7 +19,8 @@ an ``&`` inside a ``|``):
 * ``(in i)`` as ``in0``, ``in1``, ... (the i-th extra input, a (b, h) term computed by torch), and a
   captured tensor ``(buf i)`` read at ``(index (buf i) h q_idx)`` as ``buf0[h, q_idx]``.
 
-Any other op prints as ``name(arg, ...)``. The result is a valid Python expression: with torch
+Each op's form (function, operator and precedence, ...) is its row's ``infix`` in te_compile.opdefs;
+any other op prints as ``name(arg, ...)``. The result is a valid Python expression: with torch
 tensors for the leaves, ``in*`` / ``buf*`` and the functions above bound to their torch versions it
 evaluates to what ``ir.evaluate`` computes (``tests/test_infix.py`` checks that).
 """
@@ -29,31 +30,14 @@ from __future__ import annotations
 import functools
 import math
 
+from . import opdefs
 from .ir import Expr, kind_of
+from .opdefs import OPS, OpDef
+
+# Python's precedence levels (higher binds tighter; te_compile.opdefs defines them with the ops' forms)
+_CMP, _OR, _AND, _UNARY, _POW, _ATOM = opdefs.CMP, opdefs.OR, opdefs.AND, opdefs.UNARY, opdefs.POW, opdefs.ATOM
 
 __all__ = ["infix"]
-
-# Python's precedence levels (higher binds tighter)
-_LOWEST = 0   # a whole expression, a call argument, a subscript
-_OR = 5       # |
-_AND = 7      # &
-_CMP = 4      # == != < <= > >=  (below | and &, as in Python: hence the parentheses in `(a < b) & (c < d)`)
-_ADD = 9      # + -
-_MUL = 10     # * / // %
-_UNARY = 11   # -x ~x
-_POW = 12     # **
-_ATOM = 13    # names, calls, subscripts, non-negative constants
-
-_BINARY = {
-    "add": ("+", _ADD), "sub": ("-", _ADD),
-    "mul": ("*", _MUL), "div": ("/", _MUL), "floordiv": ("//", _MUL), "rem": ("%", _MUL),
-    "eq": ("==", _CMP), "ne": ("!=", _CMP), "lt": ("<", _CMP), "le": ("<=", _CMP), "gt": (">", _CMP),
-    "ge": (">=", _CMP),
-}
-_LOGICAL = {"and": ("&", _AND, "logical_and"), "or": ("|", _OR, "logical_or")}
-# functions printed under their own name (a name of the IR op that reads as a Python / torch function)
-_FUNCTIONS = {"abs", "exp", "exp2", "log", "tanh", "sigmoid", "sin", "cos", "tan", "sqrt", "rsqrt", "min", "max",
-              "where"}
 
 
 def infix(e: Expr) -> str:
@@ -106,6 +90,67 @@ def _clamp_bounds(e: Expr):
     return x, lo, hi
 
 
+def _minus(row: OpDef, args: tuple[Expr, ...]):
+    if len(args) != 1:
+        return None
+    a = _fmt(args[0])
+    # -(-x) and -(x ** 2) rather than the valid but easily misread --x and -x ** 2
+    clear = a[1] <= _UNARY or args[0].op == "pow" or a[0].startswith("-")
+    return row.infix.text + (f"({a[0]})" if clear else a[0]), _UNARY
+
+
+def _not(row: OpDef, args: tuple[Expr, ...]):
+    if len(args) != 1:
+        return None
+    if _is_bool(args[0]) and args[0].op != "const":  # ~ on a Python bool is an integer op
+        return row.infix.text + _wrap(_fmt(args[0]), _UNARY), _UNARY
+    return _call(row.infix.otherwise, args)
+
+
+def _logical(row: OpDef, args: tuple[Expr, ...]):
+    if len(args) != 2:
+        return None
+    sym, prec = row.infix.text, row.infix.prec
+    if _is_bool(args[0]) and _is_bool(args[1]):
+        # an & inside a | gets parentheses too: `(a & b) | c` (Python's precedence, said out loud)
+        (lt, lp), (rt, rp) = _fmt(args[0]), _fmt(args[1])
+        and_in_or = prec == _OR and _OR < lp <= _AND, prec == _OR and _OR < rp <= _AND
+        left = f"({lt})" if lp < prec or and_in_or[0] else lt
+        right = f"({rt})" if rp <= prec or and_in_or[1] else rt
+        return f"{left} {sym} {right}", prec
+    return _call(row.infix.otherwise, args)
+
+
+def _operator(row: OpDef, args: tuple[Expr, ...]):
+    if len(args) != 2:
+        return None
+    sym, prec = row.infix.text, row.infix.prec
+    # left-associative; comparisons do not nest without parentheses (Python chains a < b < c)
+    left = _wrap(_fmt(args[0]), prec, strict=prec == _CMP)
+    right = _wrap(_fmt(args[1]), prec, strict=True)
+    return f"{left} {sym} {right}", prec
+
+
+def _power(row: OpDef, args: tuple[Expr, ...]):
+    if len(args) != 2:
+        return None
+    a, b = _fmt(args[0]), _fmt(args[1])
+    # right-associative: the base binds tighter than ** (so -x and x ** y need parentheses there); the
+    # exponent may be a unary minus; a power in a power gets parentheses for clarity
+    left = f"({a[0]})" if a[1] <= _POW else a[0]
+    right = f"({b[0]})" if b[1] < _UNARY or args[1].op == "pow" else b[0]
+    return f"{left} {row.infix.text} {right}", _POW
+
+
+def _function(row: OpDef, args: tuple[Expr, ...]):
+    return _call(row.infix.text, args) if args else None
+
+
+#: te_compile.opdefs.Infix.form -> how it prints (None: the arguments do not fit the form)
+_FORMS = {"minus": _minus, "not": _not, "logical": _logical, "operator": _operator, "power": _power,
+          "function": _function}
+
+
 @functools.lru_cache(maxsize=4096)
 def _fmt(e: Expr) -> tuple[str, int]:
     op, args = e.op, e.args
@@ -120,44 +165,15 @@ def _fmt(e: Expr) -> tuple[str, int]:
         return f"{base}[{', '.join(_fmt(a)[0] for a in args[1:])}]", _ATOM
     if op == "cast" and len(args) == 1:
         return f"{e.dtype}({_fmt(args[0])[0]})", _ATOM
-    if op == "neg" and len(args) == 1:
-        a = _fmt(args[0])
-        # -(-x) and -(x ** 2) rather than the valid but easily misread --x and -x ** 2
-        clear = a[1] <= _UNARY or args[0].op == "pow" or a[0].startswith("-")
-        return "-" + (f"({a[0]})" if clear else a[0]), _UNARY
-    if op == "not" and len(args) == 1:
-        if _is_bool(args[0]) and args[0].op != "const":  # ~ on a Python bool is an integer op
-            return "~" + _wrap(_fmt(args[0]), _UNARY), _UNARY
-        return _call("logical_not", args)
-    if op in _LOGICAL and len(args) == 2:
-        sym, prec, fn = _LOGICAL[op]
-        if _is_bool(args[0]) and _is_bool(args[1]):
-            # an & inside a | gets parentheses too: `(a & b) | c` (Python's precedence, said out loud)
-            (lt, lp), (rt, rp) = _fmt(args[0]), _fmt(args[1])
-            and_in_or = op == "or" and _OR < lp <= _AND, op == "or" and _OR < rp <= _AND
-            left = f"({lt})" if lp < prec or and_in_or[0] else lt
-            right = f"({rt})" if rp <= prec or and_in_or[1] else rt
-            return f"{left} {sym} {right}", prec
-        return _call(fn, args)
-    if op in _BINARY and len(args) == 2:
-        sym, prec = _BINARY[op]
-        # left-associative; comparisons do not nest without parentheses (Python chains a < b < c)
-        left = _wrap(_fmt(args[0]), prec, strict=prec == _CMP)
-        right = _wrap(_fmt(args[1]), prec, strict=True)
-        return f"{left} {sym} {right}", prec
-    if op == "pow" and len(args) == 2:
-        a, b = _fmt(args[0]), _fmt(args[1])
-        # right-associative: the base binds tighter than ** (so -x and x ** y need parentheses there); the
-        # exponent may be a unary minus; a power in a power gets parentheses for clarity
-        left = f"({a[0]})" if a[1] <= _POW else a[0]
-        right = f"({b[0]})" if b[1] < _UNARY or args[1].op == "pow" else b[0]
-        return f"{left} ** {right}", _POW
-    if op == "min":
-        bounds = _clamp_bounds(e)
-        if bounds is not None:
-            return _call("clamp", bounds)
-    if op in _FUNCTIONS and args:
-        return _call(op, args)
+    row = OPS.get(op)
+    if row is not None:
+        if op == "min":  # torch.clamp translates to a min of a max: print it as written
+            bounds = _clamp_bounds(e)
+            if bounds is not None:
+                return _call("clamp", bounds)
+        form = _FORMS[row.infix.form](row, args)
+        if form is not None:
+            return form
     # anything else (an op this printer does not know): name(args)
     parts = [_fmt(a)[0] for a in args]
     if e.dtype is not None and op != "const":

@@ -15,6 +15,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..ir import Expr
+from ..opdefs import OPS, OpDef
 
 aten = torch.ops.aten
 
@@ -42,23 +43,13 @@ def trace_canonical(sub: GraphModule, kind: str, score_dtype: torch.dtype,
         return make_fx(sub, tracing_mode="fake")(*args, *bufs)
 
 
-_UNARY = {
-    aten.neg.default: "neg", aten.abs.default: "abs", aten.exp.default: "exp", aten.log.default: "log",
-    aten.tanh.default: "tanh", aten.sigmoid.default: "sigmoid", aten.sin.default: "sin",
-    aten.cos.default: "cos", aten.tan.default: "tan", aten.sqrt.default: "sqrt", aten.rsqrt.default: "rsqrt",
-    aten.logical_not.default: "not",
-}
-_BINARY = {
-    aten.mul.Tensor: "mul", aten.mul.Scalar: "mul", aten.div.Tensor: "div", aten.div.Scalar: "div",
-    aten.minimum.default: "min", aten.maximum.default: "max",
-    aten.remainder.Scalar: "rem", aten.remainder.Tensor: "rem",
-    aten.floor_divide.default: "floordiv", aten.floor_divide.Scalar: "floordiv",
-    aten.pow.Tensor_Scalar: "pow", aten.pow.Tensor_Tensor: "pow",
-    aten.eq.Tensor: "eq", aten.eq.Scalar: "eq", aten.ne.Tensor: "ne", aten.ne.Scalar: "ne",
-    aten.lt.Tensor: "lt", aten.lt.Scalar: "lt", aten.le.Tensor: "le", aten.le.Scalar: "le",
-    aten.gt.Tensor: "gt", aten.gt.Scalar: "gt", aten.ge.Tensor: "ge", aten.ge.Scalar: "ge",
-    aten.logical_and.default: "and", aten.logical_or.default: "or",
-}
+def _overload(name: str) -> Any:
+    packet, overload = name.rsplit(".", 1)
+    return getattr(getattr(aten, packet), overload)
+
+
+#: aten overload -> the op it translates to one to one (each op's row in te_compile.opdefs lists them)
+_DIRECT: dict[Any, OpDef] = {_overload(t): row for row in OPS.values() for t in row.aten}
 _IDENTITY = {aten.clone.default, aten.detach.default, aten.alias.default, aten.lift_fresh_copy.default}
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
            torch.bfloat16: "bfloat16", torch.int32: "int32", torch.int64: "int64", torch.bool: "bool"}
@@ -118,83 +109,125 @@ def _op_name(n: Node) -> str:
 
 
 def _translate(n: Node, arg) -> Expr:
-    t, a, kw = n.target, n.args, n.kwargs
+    t = n.target
     if t in _IDENTITY:
-        return arg(a[0])
-    if t in _UNARY:
-        return Expr(_UNARY[t], (arg(a[0]),))
-    if t == aten.exp2.default:  # exact in the reference (exp(x ln 2) is not: remainder(exp2(4), 1) differs)
-        return Expr("exp2", (arg(a[0]),))
-    if t in (aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar):
-        alpha = kw.get("alpha", a[2] if len(a) > 2 else 1)
-        rhs = arg(a[1]) if alpha == 1 else Expr("mul", (arg(a[1]), Expr.const(alpha)))
-        return Expr("add" if t in (aten.add.Tensor, aten.add.Scalar) else "sub", (arg(a[0]), rhs))
-    if t in (aten.rsub.Tensor, aten.rsub.Scalar):  # other - alpha * self  (1 - x)
-        alpha = kw.get("alpha", a[2] if len(a) > 2 else 1)
-        x = arg(a[0]) if alpha == 1 else Expr("mul", (arg(a[0]), Expr.const(alpha)))
-        return Expr("sub", (arg(a[1]), x))
-    if t in (aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_and.Scalar, aten.bitwise_or.Scalar):
-        if not (_is_bool(a[0]) and _is_bool(a[1])):
-            raise Untranslatable(f"{_op_name(n)} on integers (bitwise arithmetic has no cuDNN pointwise op)")
-        return Expr("and" if "and" in str(t) else "or", (arg(a[0]), arg(a[1])))
-    if t == aten.bitwise_not.default:
-        if not _is_bool(a[0]):
-            raise Untranslatable("bitwise_not on integers")
-        return Expr("not", (arg(a[0]),))
-    if t == aten.div.Tensor_mode:
-        mode = kw.get("rounding_mode", a[2] if len(a) > 2 else None)
-        if mode == "floor":
-            return Expr("floordiv", (arg(a[0]), arg(a[1])))
-        if mode is None:
-            return Expr("div", (arg(a[0]), arg(a[1])))
-        raise Untranslatable(f"div with rounding_mode={mode!r}")
-    if t in _BINARY:
-        return Expr(_BINARY[t], (arg(a[0]), arg(a[1])))
-    if t == aten.where.self:
-        return Expr("where", (arg(a[0]), arg(a[1]), arg(a[2])))
-    if t in (aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default):
-        x = arg(a[0])
-        lo = a[1] if t != aten.clamp_max.default else None
-        hi = (a[2] if len(a) > 2 else kw.get("max")) if t == aten.clamp.default else (
-            a[1] if t == aten.clamp_max.default else None)
-        if lo is not None:
-            x = Expr("max", (x, arg(lo)))
-        if hi is not None:
-            x = Expr("min", (x, arg(hi)))
-        return x
-    if t in (aten._to_copy.default, aten.to.dtype, aten.type_as.default, aten.to.dtype_layout):
-        v = _val(n)
-        if v is None or v.dtype not in _DTYPES:
-            raise Untranslatable("cast to an unknown dtype")
-        return Expr("cast", (arg(a[0]),), dtype=_DTYPES[v.dtype])
-    if t in (aten.scalar_tensor.default, aten.full.default, aten.new_ones.default, aten.new_zeros.default,
-             aten.new_full.default, aten.ones.default, aten.zeros.default):
-        v = _val(n)
-        if v is None or v.dim() != 0:
-            raise Untranslatable(f"{_op_name(n)} of a non-scalar")
-        value = {aten.scalar_tensor.default: lambda: a[0], aten.full.default: lambda: a[1],
-                 aten.new_full.default: lambda: a[2], aten.new_ones.default: lambda: 1,
-                 aten.ones.default: lambda: 1, aten.new_zeros.default: lambda: 0,
-                 aten.zeros.default: lambda: 0}[t]()
-        if v.dtype == torch.bool:
-            value = bool(value)
-        elif v.dtype.is_floating_point:
-            value = float(value)
-        else:
-            value = int(value)
-        return Expr.const(value)
-    if t == aten.index.Tensor:
-        base, idx = a[0], a[1]
-        if any(i is None for i in idx):
-            raise Untranslatable("index with slices")
-        return _index(arg(base), [arg(i) for i in idx])
-    if t == aten.select.int:  # T[0] with a Python int: the same as T[0] by index when dim is 0
-        if (a[1] if len(a) > 1 else kw.get("dim")) != 0:
-            raise Untranslatable("select along a dimension other than the first")
-        return _index(arg(a[0]), [arg(a[2])])
+        return arg(n.args[0])
+    row = _DIRECT.get(t)
+    if row is not None:
+        return _from_row(row, n, arg)
+    compound = _COMPOUND.get(t)
+    if compound is not None:
+        return compound(n, arg)
     if t in (aten.gather.default, aten.index_select.default, operator.getitem):
         raise Untranslatable(f"{_op_name(n)}: gathers from a tensor by index (not pointwise in cuDNN)")
     raise Untranslatable(f"{_op_name(n)} has no cuDNN pointwise equivalent in te_compile's table")
+
+
+def _from_row(row: OpDef, n: Node, arg) -> Expr:
+    a, kw = n.args, n.kwargs
+    if row.alpha:  # x (+-) alpha * y
+        alpha = kw.get("alpha", a[2] if len(a) > 2 else 1)
+        rhs = arg(a[1]) if alpha == 1 else Expr("mul", (arg(a[1]), Expr.const(alpha)))
+        return Expr(row.name, (arg(a[0]), rhs))
+    return Expr(row.name, tuple(arg(a[i]) for i in range(row.arity)))
+
+
+# -- aten ops that are not one IR op: spelled with several, or one only for some arguments
+
+def _rsub(n: Node, arg) -> Expr:  # other - alpha * self  (1 - x)
+    a, kw = n.args, n.kwargs
+    alpha = kw.get("alpha", a[2] if len(a) > 2 else 1)
+    x = arg(a[0]) if alpha == 1 else Expr("mul", (arg(a[0]), Expr.const(alpha)))
+    return Expr("sub", (arg(a[1]), x))
+
+
+def _bitwise(n: Node, arg) -> Expr:
+    a = n.args
+    if not (_is_bool(a[0]) and _is_bool(a[1])):
+        raise Untranslatable(f"{_op_name(n)} on integers (bitwise arithmetic has no cuDNN pointwise op)")
+    return Expr("and" if "and" in str(n.target) else "or", (arg(a[0]), arg(a[1])))
+
+
+def _bitwise_not(n: Node, arg) -> Expr:
+    if not _is_bool(n.args[0]):
+        raise Untranslatable("bitwise_not on integers")
+    return Expr("not", (arg(n.args[0]),))
+
+
+def _div_mode(n: Node, arg) -> Expr:
+    a, kw = n.args, n.kwargs
+    mode = kw.get("rounding_mode", a[2] if len(a) > 2 else None)
+    if mode == "floor":
+        return Expr("floordiv", (arg(a[0]), arg(a[1])))
+    if mode is None:
+        return Expr("div", (arg(a[0]), arg(a[1])))
+    raise Untranslatable(f"div with rounding_mode={mode!r}")
+
+
+def _clamp(n: Node, arg) -> Expr:
+    t, a, kw = n.target, n.args, n.kwargs
+    x = arg(a[0])
+    lo = a[1] if t != aten.clamp_max.default else None
+    hi = (a[2] if len(a) > 2 else kw.get("max")) if t == aten.clamp.default else (
+        a[1] if t == aten.clamp_max.default else None)
+    if lo is not None:
+        x = Expr("max", (x, arg(lo)))
+    if hi is not None:
+        x = Expr("min", (x, arg(hi)))
+    return x
+
+
+def _cast(n: Node, arg) -> Expr:
+    v = _val(n)
+    if v is None or v.dtype not in _DTYPES:
+        raise Untranslatable("cast to an unknown dtype")
+    return Expr("cast", (arg(n.args[0]),), dtype=_DTYPES[v.dtype])
+
+
+def _scalar(n: Node, arg) -> Expr:
+    t, a = n.target, n.args
+    v = _val(n)
+    if v is None or v.dim() != 0:
+        raise Untranslatable(f"{_op_name(n)} of a non-scalar")
+    value = {aten.scalar_tensor.default: lambda: a[0], aten.full.default: lambda: a[1],
+             aten.new_full.default: lambda: a[2], aten.new_ones.default: lambda: 1,
+             aten.ones.default: lambda: 1, aten.new_zeros.default: lambda: 0,
+             aten.zeros.default: lambda: 0}[t]()
+    if v.dtype == torch.bool:
+        value = bool(value)
+    elif v.dtype.is_floating_point:
+        value = float(value)
+    else:
+        value = int(value)
+    return Expr.const(value)
+
+
+def _index_tensor(n: Node, arg) -> Expr:
+    base, idx = n.args[0], n.args[1]
+    if any(i is None for i in idx):
+        raise Untranslatable("index with slices")
+    return _index(arg(base), [arg(i) for i in idx])
+
+
+def _select_int(n: Node, arg) -> Expr:  # T[0] with a Python int: the same as T[0] by index when dim is 0
+    a = n.args
+    if (a[1] if len(a) > 1 else n.kwargs.get("dim")) != 0:
+        raise Untranslatable("select along a dimension other than the first")
+    return _index(arg(a[0]), [arg(a[2])])
+
+
+_COMPOUND = {
+    aten.rsub.Tensor: _rsub, aten.rsub.Scalar: _rsub,
+    aten.bitwise_and.Tensor: _bitwise, aten.bitwise_or.Tensor: _bitwise, aten.bitwise_and.Scalar: _bitwise,
+    aten.bitwise_or.Scalar: _bitwise, aten.bitwise_not.default: _bitwise_not,
+    aten.div.Tensor_mode: _div_mode,
+    aten.clamp.default: _clamp, aten.clamp_min.default: _clamp, aten.clamp_max.default: _clamp,
+    aten._to_copy.default: _cast, aten.to.dtype: _cast, aten.type_as.default: _cast, aten.to.dtype_layout: _cast,
+    **{t: _scalar for t in (aten.scalar_tensor.default, aten.full.default, aten.new_ones.default,
+                            aten.new_zeros.default, aten.new_full.default, aten.ones.default, aten.zeros.default)},
+    aten.index.Tensor: _index_tensor,
+    aten.select.int: _select_int,
+}
 
 
 def _index(base: Expr, idx: list[Expr]) -> Expr:
