@@ -249,6 +249,8 @@ _ROWS = (
     _unary("exp2", torch.exp2, lambda x, d, w: mul(mul(x, _c(LN2)), d(x.args[0])), _inf_exp,
            cudnn=Cudnn("scaled_unary", "exp", scale=LN2)),
     _unary("log", torch.log, lambda x, d, w: div(d(x.args[0]), x.args[0])),
+    _unary("log2", torch.log2, lambda x, d, w: div(d(x.args[0]), mul(x.args[0], _c(LN2))),
+           cudnn=NotOnCudnn("no cuDNN op for 'log2' (the frontend's pointwise ops have log, not log2)")),
     _unary("tanh", torch.tanh, lambda x, d, w: mul(sub(_c(1.0), mul(x, x)), d(x.args[0])), _fin),
     _unary("sigmoid", torch.sigmoid, lambda x, d, w: mul(mul(x, sub(_c(1.0), x)), d(x.args[0])), _fin),
     _unary("sin", torch.sin, lambda x, d, w: mul(Expr("cos", (x.args[0],)), d(x.args[0]))),

@@ -98,6 +98,7 @@ def test_infix_text(sexpr, want):
 EVERY_OP = {
     "neg": ("(neg score)", "-score"), "abs": ("(abs score)", "abs(score)"), "exp": ("(exp score)", "exp(score)"),
     "exp2": ("(exp2 score)", "exp2(score)"), "log": ("(log score)", "log(score)"),
+    "log2": ("(log2 score)", "log2(score)"),
     "tanh": ("(tanh score)", "tanh(score)"), "sigmoid": ("(sigmoid score)", "sigmoid(score)"),
     "sin": ("(sin score)", "sin(score)"), "cos": ("(cos score)", "cos(score)"), "tan": ("(tan score)", "tan(score)"),
     "sqrt": ("(sqrt score)", "sqrt(score)"), "rsqrt": ("(rsqrt score)", "rsqrt(score)"),

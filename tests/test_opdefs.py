@@ -41,7 +41,7 @@ def _cmp(fn):  # a comparison of two indices, as a where's condition
 # (then they are emitted as themselves)
 CALLS = {
     "neg": _one, "abs": _one, "exp": _one, "exp2": _one, "log": _one, "tanh": _one, "sigmoid": _one, "sin": _one,
-    "cos": _one, "tan": _one, "sqrt": _one, "rsqrt": _one,
+    "cos": _one, "tan": _one, "sqrt": _one, "rsqrt": _one, "log2": _one,
     "add": _two, "sub": _two, "mul": _two, "div": _two, "min": _two, "max": _two, "rem": _two, "floordiv": _two,
     "pow": lambda fn: lambda s, b, h, q, kv: fn(s, 1.5),  # cuDNN's pow takes a constant exponent only
     "eq": _cmp, "ne": _cmp, "lt": _cmp, "le": _cmp, "gt": _cmp, "ge": _cmp,
