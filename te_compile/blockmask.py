@@ -25,7 +25,7 @@ from torch import Tensor
 from . import ir
 
 
-def _dense(num: Tensor, idx: Tensor, nk: int) -> Tensor:
+def listed_blocks(num: Tensor, idx: Tensor, nk: int) -> Tensor:
     """[..., nq] counts + [..., nq, nk_max] indices -> [..., nq, nk] bool."""
     valid = torch.arange(idx.shape[-1], device=idx.device) < num.unsqueeze(-1)
     target = torch.where(valid, idx.long(), torch.full_like(idx.long(), nk))
@@ -61,9 +61,9 @@ def mismatch(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: in
         elem = elem.unsqueeze(0)
     elem = elem.expand(elem.shape[0], elem.shape[1], L, S)
     any_, full = expected_blocks(elem, L, S, qb, kb)
-    listed = _dense(kv_num.to(device), kv_idx.to(device), nk)
+    listed = listed_blocks(kv_num.to(device), kv_idx.to(device), nk)
     if full_num is not None and full_idx is not None:
-        listed_full = _dense(full_num.to(device), full_idx.to(device), nk)
+        listed_full = listed_blocks(full_num.to(device), full_idx.to(device), nk)
         want_partial, want_full = any_ & ~full, full
     else:  # no separate full blocks: every non-empty block is listed once
         listed_full = torch.zeros_like(listed)

@@ -72,7 +72,7 @@ def materialize_mask(q: Tensor, k: Tensor, term: str, qb: int, kb: int, kv_num: 
     (unlisted blocks are masked). So any BlockMask, hand-built or not, gives flex's answer.
 
     Inserted by the flex rewrite; never needs a gradient."""
-    from .blockmask import _dense
+    from .blockmask import listed_blocks
 
     env = {**reference.index_env(q, k), "bufs": list(bufs)}
     keep = ir.evaluate(ir.parse(term), env).to(torch.bool)
@@ -83,7 +83,7 @@ def materialize_mask(q: Tensor, k: Tensor, term: str, qb: int, kb: int, kv_num: 
         nk = -(-S // kb)
 
         def per_element(num: Tensor, idx: Tensor) -> Tensor:
-            blocks = _dense(num, idx, nk)  # [B', H', nq, nk]
+            blocks = listed_blocks(num, idx, nk)  # [B', H', nq, nk]
             return blocks.repeat_interleave(qb, dim=-2)[..., :L, :].repeat_interleave(kb, dim=-1)[..., :S]
 
         keep = keep & per_element(kv_num, kv_idx)
