@@ -142,7 +142,27 @@ def bias_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
     def sdpa_table(q, k, v, table):  # the table gathered into a dense bias by torch, then SDPA
         return F.scaled_dot_product_attention(q, k, v, attn_mask=table[:, rel].to(q.dtype).unsqueeze(0))
 
-    from torch.nn.attention.flex_attention import create_block_mask
+    def impls(fn, args, grads_of, backends, flex=False):
+        out = [("te_compile", torch.compile(fn, backend="te_compile", fullgraph=True), args, grads_of, None),
+               ("torch.compile flex (inductor)" if flex else "torch.compile (inductor)",
+                torch.compile(fn, fullgraph=True), args, grads_of, None)]
+        return out + [(f"torch SDPA {b}", sdpa_table if flex else fn, args, grads_of, b) for b in backends]
+
+    return [
+        ("frozen float bias", impls(sdpa_bias, [q, k, v, frozen], [0, 1, 2], ["cudnn", "efficient"])),
+        ("learned float bias", impls(sdpa_bias, [q, k, v, learned], [0, 1, 2, 3], ["efficient"])),
+        ("learned rel-pos table", impls(flex_table, [q, k, v, table], [0, 1, 2, 3], ["efficient"], flex=True)
+         + [("torch.compile flex (inductor, small blocks)", torch.compile(flex_table_small, fullgraph=True),
+             [q, k, v, table], [0, 1, 2, 3], None)]),
+        _document_case(B, H, L, D, q, k, v, impls),
+    ]
+
+
+def _document_case(B: int, H: int, L: int, D: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   impls: Callable) -> tuple:
+    """bias_cases' document + causal mask (4 documents of uneven length): flex with its BlockMask, the same
+    forced through te_compile as a dense bias, and what a packed / ragged cuDNN path would cost."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     cuts = [0, L * 17 // 100, L * 54 // 100, L * 76 // 100, L]  # 4 documents of uneven length
     docs = torch.cat([torch.full((b - a,), i, device="cuda") for i, (a, b) in enumerate(zip(cuts, cuts[1:]))])
@@ -170,23 +190,10 @@ def bias_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
                                         max_seqlen_kv=longest, return_lse=True)
         return o.reshape(B, L, H, D).transpose(1, 2)
 
-    def impls(fn, args, grads_of, backends, flex=False):
-        out = [("te_compile", torch.compile(fn, backend="te_compile", fullgraph=True), args, grads_of, None),
-               ("torch.compile flex (inductor)" if flex else "torch.compile (inductor)",
-                torch.compile(fn, fullgraph=True), args, grads_of, None)]
-        return out + [(f"torch SDPA {b}", sdpa_table if flex else fn, args, grads_of, b) for b in backends]
-
-    return [
-        ("frozen float bias", impls(sdpa_bias, [q, k, v, frozen], [0, 1, 2], ["cudnn", "efficient"])),
-        ("learned float bias", impls(sdpa_bias, [q, k, v, learned], [0, 1, 2, 3], ["efficient"])),
-        ("learned rel-pos table", impls(flex_table, [q, k, v, table], [0, 1, 2, 3], ["efficient"], flex=True)
-         + [("torch.compile flex (inductor, small blocks)", torch.compile(flex_table_small, fullgraph=True),
-             [q, k, v, table], [0, 1, 2, 3], None)]),
-        ("document + causal mask", impls(flex_doc, [q, k, v], [0, 1, 2], [], flex=True)
-         + [("te_compile, dense -inf bias forced", _forced_dense(flex_doc), [q, k, v], [0, 1, 2], None),
-            ("per-document causal SDPA cudnn (ragged estimate)", per_document, [q, k, v], [0, 1, 2], "cudnn"),
-            ("cuDNN varlen THD (frontend op, with layout copies)", ragged, [q, k, v], [0, 1, 2], None)]),
-    ]
+    return ("document + causal mask", impls(flex_doc, [q, k, v], [0, 1, 2], [], flex=True)
+            + [("te_compile, dense -inf bias forced", _forced_dense(flex_doc), [q, k, v], [0, 1, 2], None),
+               ("per-document causal SDPA cudnn (ragged estimate)", per_document, [q, k, v], [0, 1, 2], "cudnn"),
+               ("cuDNN varlen THD (frontend op, with layout copies)", ragged, [q, k, v], [0, 1, 2], None)])
 
 
 def _forced_dense(fn: Callable) -> Callable:

@@ -583,6 +583,11 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
         dq, dk, dv, dbias = backward(dout, q, k, v2, out, lse, bias, spec, need_dbias, inputs)
         dv = dv[..., :dv_cols]
         return dq, dk, empty_like_layout(v.shape, v).copy_(dv), dbias
+    return _backward(dout, q, k, v, out, lse, bias, spec, need_dbias, inputs)
+
+
+def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
+              spec: AttentionSpec, need_dbias: bool, inputs=()) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     raw = (dout, q, k, v, out, lse, bias, *inputs)
     sig = _sig("bwd", spec, bool(need_dbias), raw)
     plan = _plans.get(sig)

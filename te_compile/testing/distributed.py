@@ -565,6 +565,38 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return a
 
 
+def _agree_modes(args: argparse.Namespace, case: Any, todo: list[str], backend: Any, dtype: torch.dtype, mesh: Any,
+                 out: dict, say: Callable) -> None:
+    """Train ``case`` in each mode of ``todo`` and compare with one process (te_compile and fp32 eager)."""
+    refs = {"te": train(case, None, backend, args.device, dtype, args.steps),
+            "fp32": train(case, None, "eager", args.device, torch.float32, args.steps, record=False)}
+    ref_rows = _rows(refs["te"]["reports"])
+    for mode in todo:
+        t0 = time.time()
+        res = run_case(args, case, mode, backend, dtype, mesh, refs)
+        res["one_process_sites"] = ref_rows
+        res["seconds"] = round(time.time() - t0, 1)
+        out["results"].append(res)
+        runs = [sorted({s["runs_on"] for s in r or []}) for r in res.get("sites", [])]
+        say(f"[{case.name} {mode}] ok={res.get('ok')} loss_err={res.get('loss_err', float('nan')):.2e} "
+            f"worst_grad_err={res.get('worst_grad_err') or 0:.2e} ({res.get('worst_grad')}) "
+            f"runs_on per rank={runs} ({res['seconds']} s)")
+
+
+def _bench_modes(args: argparse.Namespace, case: Any, todo: list[str], backend: Any, dtype: torch.dtype, mesh: Any,
+                 out: dict, say: Callable) -> None:
+    """Time ``case`` in each mode of ``todo``: te_compile against Inductor."""
+    for mode in todo:
+        row = {"case": case.name, "mode": mode, **bench_case(args, case, mode, backend, dtype, mesh)}
+        if row.get("te_compile_ms") and row.get("inductor_ms"):
+            row["speedup"] = row["inductor_ms"] / row["te_compile_ms"]
+        out["bench"].append(row)
+        say(f"[bench {case.name} {mode}] te_compile {row.get('te_compile_ms')} ms, "
+            f"inductor {row.get('inductor_ms')} ms; te_compile sites {row.get('te_compile_runs_on')} "
+            f"{row.get('te_compile_reasons')}; graphs te {row.get('te_compile_graphs')} "
+            f"inductor {row.get('inductor_graphs')} {row.get('te_compile_error', '')}{row.get('inductor_error', '')}")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     if args.device == "cuda":
@@ -605,29 +637,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         if not todo:
             continue
         if not args.bench_only:
-            refs = {"te": train(case, None, backend, args.device, dtype, args.steps),
-                    "fp32": train(case, None, "eager", args.device, torch.float32, args.steps, record=False)}
-            ref_rows = _rows(refs["te"]["reports"])
-            for mode in todo:
-                t0 = time.time()
-                res = run_case(args, case, mode, backend, dtype, mesh, refs)
-                res["one_process_sites"] = ref_rows
-                res["seconds"] = round(time.time() - t0, 1)
-                out["results"].append(res)
-                runs = [sorted({s["runs_on"] for s in r or []}) for r in res.get("sites", [])]
-                say(f"[{case.name} {mode}] ok={res.get('ok')} loss_err={res.get('loss_err', float('nan')):.2e} "
-                    f"worst_grad_err={res.get('worst_grad_err') or 0:.2e} ({res.get('worst_grad')}) "
-                    f"runs_on per rank={runs} ({res['seconds']} s)")
+            _agree_modes(args, case, todo, backend, dtype, mesh, out, say)
         if args.bench:
-            for mode in todo:
-                row = {"case": case.name, "mode": mode, **bench_case(args, case, mode, backend, dtype, mesh)}
-                if row.get("te_compile_ms") and row.get("inductor_ms"):
-                    row["speedup"] = row["inductor_ms"] / row["te_compile_ms"]
-                out["bench"].append(row)
-                say(f"[bench {case.name} {mode}] te_compile {row.get('te_compile_ms')} ms, "
-                    f"inductor {row.get('inductor_ms')} ms; te_compile sites {row.get('te_compile_runs_on')} "
-                    f"{row.get('te_compile_reasons')}; graphs te {row.get('te_compile_graphs')} "
-                    f"inductor {row.get('inductor_graphs')} {row.get('te_compile_error', '')}{row.get('inductor_error', '')}")
+            _bench_modes(args, case, todo, backend, dtype, mesh, out, say)
     out["seconds"] = round(time.time() - t_start, 1)
     out["ok"] = all(r.get("pass") for r in out["results"])
     if rank == 0:
