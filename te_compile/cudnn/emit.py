@@ -13,6 +13,9 @@ logical ops compute and produce BOOLEAN; ``where`` is ``binary_select(a, b, cond
 goes in as ``binary_select(score', -inf, mask)`` after the score_mod (flex's order); float-to-
 float casts (e.g. ``.float()``) are precision-only and are not emitted.
 
+Each op is emitted by the method of its row's emission style (``te_compile.opdefs.Cudnn``: unary, arith,
+compare, ...), which calls the row's pointwise op; the leaves, constants and casts are emitted here.
+
 Mask first, the padded-tile guard, the constants and what is emitted at all are decided in
 te_compile.cudnn.lowering (the ``Lowering`` record); this module only emits.
 """

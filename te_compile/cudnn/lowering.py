@@ -5,7 +5,8 @@
 serves the mask (``band``, tile skipping) or the mods are emitted as pointwise ops (``emitted``), the
 mask-first plan, the derivative, the padded-tile guard and the pass-by-value constants. The
 compile-time support check (cudnn/check.py) and the graph builder (cudnn/graphs.py, emit.py) read the
-same record. This module does not import the cuDNN frontend, so it runs (and is tested) anywhere.
+same record. Per op (its value at -inf, whether and how cuDNN emits it) it reads the op's row in
+te_compile.opdefs. This module does not import the cuDNN frontend, so it runs (and is tested) anywhere.
 
 Emission options (``EmitOptions``) are passed in: ``OPTIONS`` holds the settled choices; probes and
 the fuzzer's ``--emit`` change them with ``set_options``.
