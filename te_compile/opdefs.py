@@ -221,7 +221,8 @@ def _d_minmax(cmp: str):
 
 def _unary(name: str, fn: Callable, deriv, at_neg_inf=None, result: str = "float", int_ok: bool = False,
            cudnn: Union[Cudnn, NotOnCudnn, None] = None, infix: Optional[Infix] = None) -> OpDef:
-    """A float function of one operand, printed as ``name(x)`` and emitted as cuDNN's op of the same name."""
+    """A one-operand op: by default a float function, translated from ``aten.<name>.default``, printed as
+    ``name(x)`` and emitted as cuDNN's pointwise op of the same name."""
     return OpDef(name, "unary", 1, fn, result, infix or Infix("function", name),
                  cudnn or Cudnn("unary", name, int_ok=int_ok), aten=(f"{name}.default",), deriv=deriv,
                  at_neg_inf=at_neg_inf)
