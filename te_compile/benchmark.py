@@ -368,7 +368,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     shape = tuple(int(x) for x in a.shape.split(","))
     # Inductor's compile worker processes start in the background on the first compile and slow
     # the host side of whatever is measured next (1.5-2x measured for the te_compile row that
-    # followed, bench/jitter.py): compile in-process so every row is timed on a quiet machine
+    # followed, bench/probes/jitter.py): compile in-process so every row is timed on a quiet machine
     import torch._inductor.config as inductor_config
     inductor_config.compile_threads = 1
     _warm_gpu()

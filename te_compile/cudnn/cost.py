@@ -34,7 +34,7 @@ from .lowering import lower
 
 #: cuDNN SDPA throughput te_compile reaches (fwd+bwd FLOPs / time; 2x16x4096x128 no mask: 962 GFLOP in 1.84 ms)
 TE_TFLOPS = 520.0
-#: host time per step of a one-site compiled graph, ms (bench/sweep.py medians; bench/layers.py):
+#: host time per step of a one-site compiled graph, ms (bench/sweep.py medians; bench/probes/layers.py):
 #: training step (forward + backward) and forward only
 HOST_MS = {"te_compile": {"train": 1.10, "infer": 0.26}, "torch.compile": {"train": 0.70, "infer": 0.12}}
 #: backward FLOPs relative to the forward's (dQ, dK, dV and the recomputed scores)

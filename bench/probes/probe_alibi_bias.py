@@ -1,6 +1,6 @@
 """ALiBi + causal as cuDNN's native causal band plus a small bias (GPU, raw cuDNN FE graphs).
 
-    python3 bench/probe_alibi_bias.py [--shape 2,16,4096,128]
+    python3 bench/probes/probe_alibi_bias.py [--shape 2,16,4096,128]
 
 ALiBi's term slope[h] * (kv - q) splits into slope[h] * kv (a [1, H, 1, S] bias) and -slope[h] * q,
 which is constant along each softmax row and drops out of the softmax (only the lse moves, by

@@ -1,7 +1,7 @@
 """Host µs per backward call: compiled flex sliding window (te_compile vs Inductor), the bwd op
 alone, and a cProfile of te_compile's backward (cumulative).
 
-    python3 bench/bwd_host.py
+    python3 bench/probes/bwd_host.py
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def main() -> None:
 
     import te_compile  # noqa: F401
 
-    inductor_config.compile_threads = 1  # no compile workers starting in the background (bench/jitter.py)
+    inductor_config.compile_threads = 1  # no compile workers starting in the background (bench/probes/jitter.py)
     from te_compile.spec import AttentionSpec
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 

@@ -1,6 +1,6 @@
 """Where does a Hugging Face training step spend GPU time, te_compile (serve="always") vs torch.compile?
 
-    python3 bench/hf_profile.py [--model llama] [--impl sdpa] [--batch 1 --seq 4096]
+    python3 bench/probes/hf_profile.py [--model llama] [--impl sdpa] [--batch 1 --seq 4096]
 
 Prints, per implementation, the step's kernels by total device time (count, total ms per step) from the
 torch profiler, so extra copies or layout kernels around the attention op show up.
@@ -9,12 +9,13 @@ torch profiler, so extra copies or layout kernels around the attention op show u
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/: hf_models
 from hf_models import _model  # noqa: E402
 
 

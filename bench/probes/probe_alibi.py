@@ -2,7 +2,7 @@
 input)? fwd / bwd ms of te_compile (serve="always") and the error vs eager float32, with ALiBi without a
 mask and softcap + causal as references.
 
-    python3 bench/probe_alibi.py [--shape 2,16,4096,128]
+    python3 bench/probes/probe_alibi.py [--shape 2,16,4096,128]
 
 H200, 2026-11-26: ALiBi + causal 0.534 / 1.345 ms vs ALiBi 0.506 / 1.306 (no skipping, forward or
 backward); softcap + causal 0.351 / 0.879 (skips). An explicit dS * 1 bprop changed nothing (1.370 ms);

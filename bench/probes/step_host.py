@@ -1,7 +1,7 @@
 """Host time of one compiled SDPA training step, te_compile (serve="always") vs plain torch.compile,
 and where te_compile's goes (GPU).
 
-    python3 bench/step_host.py [--shape 4,16,1024,64] [--profile]
+    python3 bench/probes/step_host.py [--shape 4,16,1024,64] [--profile]
 
 Rows: host µs per step (fwd + bwd, a loop without syncs; the kernels here are short so the host
 shows), host µs per call of the te ops and of aten's cuDNN SDPA called directly, and with --profile

@@ -1,6 +1,6 @@
 """Replay one fuzz case's cuDNN forward call with variants of its operands (GPU machine).
 
-    python bench/replay_case.py '<case json>'
+    python bench/probes/replay_case.py '<case json>'
 
 Captures the operands te_compile's op hands to cuDNN in the compiled run, then compares cuDNN with
 the reference math on exactly those operands, and on variants (bias zeroed, inputs zeroed, bias

@@ -1,6 +1,6 @@
 """Why do te_compile's ops not record in CUDA graphs (mode="reduce-overhead")? (diagnostic)
 
-    TE_COMPILE_CUDAGRAPH_UNSAFE=0 python3 bench/probe_cudagraphs.py [--variant NAME] [--no-asserts]
+    TE_COMPILE_CUDAGRAPH_UNSAFE=0 python3 bench/probes/probe_cudagraphs.py [--variant NAME] [--no-asserts]
 
 Drops the ops' cudagraph_unsafe tag (env, read at import), runs a few training steps of one
 attention call under mode="reduce-overhead", and on a cudagraph-pool error prints the history of

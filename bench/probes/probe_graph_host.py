@@ -1,6 +1,6 @@
 """Where a CUDA-graph step's time goes, te_compile vs plain torch.compile (GPU, mode="reduce-overhead").
 
-    python3 bench/probe_graph_host.py [--shape 4,16,1024,64] [--variants none,softcap] [--train]
+    python3 bench/probes/probe_graph_host.py [--shape 4,16,1024,64] [--variants none,softcap] [--train]
 
 Per variant: loop ms per step and host µs per step in alternating rounds, the GPU kernels of one
 step (torch.profiler, CUDA activity: name, count, µs), and a cProfile of the host side (top rows by

@@ -1,6 +1,6 @@
 """Host µs per call of each layer under a compiled flex causal forward (no syncs in the loops).
 
-    python3 bench/layers.py
+    python3 bench/probes/layers.py
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each probe runs one spec through te_compile's op on cuDNN (bf16) and through the
 (float32 on the same bf16 inputs) and prints the largest error of out / lse / dq / dk / dv / dbias
 relative to the reference's largest value, and separately the error in fully-masked rows.
 
-    python bench/probe_fuzz.py            (on the GPU machine)
+    python bench/probes/probe_fuzz.py            (on the GPU machine)
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Per-call times of a compiled flex causal forward, back to back (quantiles), and BlockMask checks.
 
-    python3 bench/jitter.py [--threads1]
+    python3 bench/probes/jitter.py [--threads1]
 
 The first te_compile row of a process measured ~2x the host time of the same code later on: Inductor's
 compile workers were starting in the background. ``--threads1`` compiles in-process (what the
