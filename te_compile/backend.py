@@ -64,8 +64,8 @@ def _depends_on_other_requires_grad(decisions: list) -> bool:
     Dynamo's tensor guards on parameters (``_guard_requires_grad_flips``), which are checked on every
     call of the compiled model. A frame whose sites are all kept, or served without such operands, keeps
     Dynamo's default, so its guards are plain torch.compile's (a kept site must cost exactly what
-    torch.compile costs). On the GPU the difference was within noise (H100, Hugging Face flex models with
-    every site kept, inference 0.95-1.01x before and 0.92-1.02x after, A/A 0.97-1.03x)."""
+    torch.compile costs). On the GPU the difference was within noise (docs/cudnn-notes.md, "Dynamo's dict-tag
+    guard skip")."""
     for d in decisions:
         if d.rewrite and (d.site.attn_mask is not None or d.site.score_buffers or d.site.mask_buffers):
             return True
@@ -299,7 +299,7 @@ def backend(inner: str = "inductor", target: str = "auto", verify: bool = False,
     verify: on the first call of each configuration, compare cuDNN with the reference math and
             raise te_compile.VerificationError with the error figures if they disagree.
     serve:  "fastest" (default; or TE_COMPILE_SERVE): rewrite a CUDA site only where te_compile's cost
-            model (te_compile.cudnn.cost, calibrated on the H200) says cuDNN beats torch.compile;
+            model (te_compile.cudnn.cost; its calibration is in docs/benchmarks.md) says cuDNN beats torch.compile;
             the report says "kept for speed" otherwise. "always": wherever cuDNN can serve it.
     cuda_graphs: None (default): the cost model learns from torch.compile's mode whether the graph runs
             under CUDA graphs (then host time does not count); True / False overrides that.

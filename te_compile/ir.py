@@ -198,7 +198,7 @@ def extract_bh_terms(*exprs: Expr, strict: bool = False) -> tuple[list[Expr], li
     q_idx / kv_idx, which is not pointwise).
 
     ``strict`` (the cuDNN target) also raises NotPointwise for the terms cuDNN evaluates wrongly
-    (measured on the H200, cuDNN 9.19, by the differential fuzzer): a term that depends on the batch
+    (cuDNN 9.19, found by the differential fuzzer): a term that depends on the batch
     index b (inputs [B, ...] are mis-broadcast: wrong outputs even as full [B, H, 1, 1] tensors), and
     any (b, h) term under a comparison (masks such as ``kv_idx < lengths[b]`` or ``q_idx <= h``).
     """

@@ -57,8 +57,8 @@ class Cudnn:
     op: str
     #: all-INT32 operands compute in INT32 (index arithmetic stays exact)
     int_ok: bool = False
-    #: the score-dependent operand goes first: `g + score` with no bprop gave dQ / dK off by 1e10 on the
-    #: H200 (fuzzer), `score + g` is right
+    #: the score-dependent operand goes first: `g + score` with no bprop gave dQ / dK off by 1e10
+    #: (fuzzer), `score + g` is right
     score_first: bool = False
     #: ``x op where(c, k1, k2)`` is emitted as ``where(c, x op k1, x op k2)``
     over_const_where: bool = False

@@ -35,7 +35,7 @@ from .spec import AttentionSpec
 # kernels and autograd formula, but the CUDA kernel is called by the dispatcher directly and the
 # Autograd kernel below has a short no-grad path. Inside a compiled graph every call is a no-grad
 # call, and custom_op's Python layers (autograd_impl -> redispatch -> backend_impl -> the
-# disable-dynamo wrapper) cost ~35 µs of host time per call on the H200 machine.
+# disable-dynamo wrapper) cost tens of µs of host time per call (docs/cudnn-notes.md, "Host time per call").
 _lib = torch.library.Library("te_compile", "DEF")
 # CUDA graphs (mode="reduce-overhead") record te_compile's ops: cuDNN's execute is capturable and
 # the kernels allocate nothing that outlives a call in the graph pool (see cudnn/graphs.py: the
@@ -84,7 +84,7 @@ class _AttnFunction(torch.autograd.Function):
 
 _IGNORED = torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)
 #: keyset (raw representation) -> whether the CUDA kernel can be called directly (memoized: computing
-#: it costs three DispatchKeySet objects per call, ~1 µs of host time on a fast CPU)
+#: it costs three DispatchKeySet objects per call)
 _DIRECT: dict = {}
 
 

@@ -5,6 +5,7 @@ longer than 60 lines."""
 
 import ast
 import pathlib
+import re
 
 PKG = pathlib.Path(__file__).resolve().parent.parent / "te_compile"
 MAX_LINES = 60
@@ -118,3 +119,29 @@ def test_no_private_imports_between_modules():
     private = [f"{p.relative_to(PKG.parent)}: from {mod} import {name}"
                for p in sorted(PKG.rglob("*.py")) for mod, name in _from_imports(p) if name.startswith("_")]
     assert not private, private
+
+
+#: measurements belong in docs/cudnn-notes.md and docs/benchmarks.md; comments keep the why. cost.py's
+#: comments document its calibration constants (they are the model's data), benchmark.py prints timings
+_TIMING = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us)\b|\bH[12]00\b")
+_TIMING_EXEMPT = {"cudnn/cost.py", "benchmark.py", "testing/distributed.py"}
+
+
+def _comment_lines(path: pathlib.Path):
+    """(line number, text) of every comment and docstring line of ``path``."""
+    import io
+    import tokenize
+    src = path.read_text()
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type == tokenize.COMMENT:
+            yield tok.start[0], tok.string
+        elif tok.type == tokenize.STRING and tok.string.lstrip("rbuf").startswith(('"""', "'''")):
+            for i, line in enumerate(tok.string.splitlines()):
+                yield tok.start[0] + i, line
+
+
+def test_no_timings_or_cards_in_code_comments():
+    bad = [f"{p.relative_to(PKG)}:{n}: {line.strip()}" for p in sorted(PKG.rglob("*.py"))
+           if str(p.relative_to(PKG)) not in _TIMING_EXEMPT
+           for n, line in _comment_lines(p) if _TIMING.search(line)]
+    assert not bad, bad

@@ -219,7 +219,7 @@ class Emitter:
 
     # -- emission
     def _f(self, t: Any) -> Any:
-        return t  # float ops: cuDNN infers the FLOAT output (declaring it changed nothing, H200)
+        return t  # float ops: cuDNN infers the FLOAT output (declaring it changed nothing)
 
     def _binary(self, name: str, a: Any, b: Any, a_scalar: bool) -> Any:
         g = self.g

@@ -73,7 +73,7 @@ class _Built:
     call with a ``void*[]`` in the backend's ascending-uid order) when the graph is served by the
     cuDNN backend and the caller's uids are exactly the backend's operand slots. The public
     ``graph.execute(..., tensor_uids=...)`` re-reads every operand's geometry through a Python layer
-    on every call (FE 1.32 ``_pygraph._execute``: ~40 µs of host time per call on the H200 machine);
+    on every call (FE 1.32 ``_pygraph._execute``; host times in docs/cudnn-notes.md);
     anything unexpected about the graph keeps that public path."""
 
     __slots__ = ("graph", "workspace", "uids", "_raw")
@@ -93,7 +93,7 @@ class _Built:
                 # buffers (q/k/v, out, lse, workspace) until Python's cycle collector runs. Under
                 # mode="reduce-overhead" those buffers live in the CUDA-graph pool: cudagraph trees then
                 # found the forward's lse (dead, but not yet collected) and refused to record ("storage
-                # data ptrs are not allocated in pool", H200, bench/probes/probe_cudagraphs.py). Collecting here,
+                # data ptrs are not allocated in pool", bench/probes/probe_cudagraphs.py). Collecting here,
                 # once per built graph, frees them when their last real owner lets go.
                 gc.collect()
             return
@@ -238,7 +238,7 @@ def _workspace(nbytes: int, device: torch.device) -> Tensor:
 
     Not cached across calls: under CUDA graphs (mode="reduce-overhead") a buffer kept alive from
     the warm-up run sits in the graph's memory pool, and cudagraph trees refuse to record
-    ("tensor(s) in the cudagraph pool not tracked as outputs", H100/H200 test)."""
+    ("tensor(s) in the cudagraph pool not tracked as outputs", tests/test_cuda_graphs.py)."""
     return torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
 
 
@@ -274,7 +274,7 @@ def _bias4d(bias: Tensor, B: int, H: int, L: int, S: int) -> Tensor:
 def _padded_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Row-major strides with the rows (last dim) padded to a multiple of 8 elements (16 bytes):
     cuDNN reads and writes bias / dBias rows at 16-byte-aligned strides (a dBias with S = 255 came
-    back wrong on the H200)."""
+    back wrong)."""
     B, H, L, S = shape
     sp = -(-S // 8) * 8
     return (H * L * sp, L * sp, sp, 1)
@@ -404,7 +404,7 @@ def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
 
 def _input_operands(inputs: Sequence[Tensor]) -> list[Tensor]:
     """The (in i) inputs as cuDNN reads them: float32 [B|1, H|1, 1, 1] with their own broadcast shape
-    (full [B, H, 1, 1] copies gave wrong results where [1, H, 1, 1] ones are right, H200,
+    (full [B, H, 1, 1] copies gave wrong results where [1, H, 1, 1] ones are right,
     bench/probes/probe_fuzz.py; per-batch terms are kept off cuDNN instead: ir.extract_bh_terms strict)."""
     return [_operand(t.float()) if t.dtype != torch.float32 else _operand(t) for t in inputs]
 
@@ -413,7 +413,7 @@ def _input_operands(inputs: Sequence[Tensor]) -> list[Tensor]:
 #
 # A query row whose keys are all masked must give output 0 and lse -inf (eager; flex). cuDNN gets
 # this right for a -inf *bias* without a score_mod, but not for masks emitted inside a score_mod or a
-# -inf bias together with one (differential fuzzer, H200): te_compile sets those rows itself. The
+# -inf bias together with one (differential fuzzer): te_compile sets those rows itself. The
 # rows of an emitted mask depend only on (q_idx, kv_idx) (per-batch and (b, h)-compared terms are
 # kept off cuDNN), so they are computed once per (mask, L, S).
 
@@ -435,7 +435,7 @@ def _outside_cudagraph_pool(t: Tensor, device: torch.device) -> Tensor:
     Under mode="reduce-overhead" the first (warm-up) call runs with every allocation of the calling
     thread routed into the CUDA-graph pool (torch 2.11: ``_cuda_beginAllocateCurrentThreadToPool``,
     whatever the stream), and cudagraph trees refuse to record while a pool block is held by anything
-    but a graph output ("tensor(s) in the cudagraph pool not tracked as outputs", H200). So the copy is
+    but a graph output ("tensor(s) in the cudagraph pool not tracked as outputs"). So the copy is
     made on a short-lived thread, from the ordinary allocator, and finished before it is used (the
     tensor is cached for good, so no later stream ever frees it)."""
     if device.type != "cuda":

@@ -14,7 +14,7 @@ the fuzzer's ``--emit`` change them with ``set_options``.
 Mask first (``mask_first``): cuDNN skips fully-masked tiles, forward *and* backward, only when
 the mask is a ``binary_select(score, -inf, cmp(index, index))`` applied to the raw score and the
 bprop reuses the intermediates computed from that masked score without a select of its own
-(measured on the H200: softcap + causal 0.566 / 1.625 ms -> 0.350 / 0.872). So for a single
+(docs/cudnn-notes.md, "Tile skipping with a score_mod"). So for a single
 index-vs-index comparison mask, te_compile emits ``s1 = select(score, -inf, mask)``, then ``f(s1)``,
 then ``min(f(s1), s1 + 1e30)`` when ``f(-inf)`` is not already -inf (exact: it is ``f(s)`` where kept
 and -inf where masked), and a bprop ``dS * f'(s1)`` with no select, which is exact because dS is 0
@@ -34,7 +34,7 @@ from ..opdefs import OPS, Cudnn, NotOnCudnn
 from ..spec import AttentionSpec
 
 #: integer powers up to this magnitude are emitted as products (cuDNN's pow of a negative base is
-#: NaN even for integer exponents: pow(score * c, 2) gave NaN on the H200)
+#: NaN even for integer exponents: pow(score * c, 2) gave NaN)
 MAX_INT_POW = 4
 
 
@@ -52,7 +52,7 @@ class EmitOptions:
     const_mode: str = "pbv"
     #: clamp a score_mod with a finite f(-inf) to -inf where cuDNN hands it -inf: ``min(f(s), s + BIG)``
     #: at every length. Without it, tanh(score) / sigmoid(score) gave dV 40-140x off at L = S = 128 and
-    #: 256 (tile multiples, no mask; H200, cuDNN 9.19): the backward evaluates the score_mod at -inf
+    #: 256 (tile multiples, no mask; cuDNN 9.19): the backward evaluates the score_mod at -inf
     #: positions even where no tile is padded, and exp(f(-inf) - lse) is not 0
     ninf_clamp: bool = True
 
@@ -210,8 +210,8 @@ def _mask_first(score: Optional[ir.Expr], mask: Optional[ir.Expr]) -> Optional[M
     if score is None or mask is None or not is_causal_cmp(mask):
         # only top-left causal itself: cuDNN treats select(score, -inf, <index compare>) on the raw
         # score as the causal mask when it skips tiles, so any other compare there (an offset
-        # q_idx + 256 >= kv_idx, strict kv_idx < q_idx, q_idx <= q_idx) gave wrong results (H200,
-        # cuDNN 9.19, tests/test_cuda_flex.py::test_bottom_right_causal and the differential fuzzer)
+        # q_idx + 256 >= kv_idx, strict kv_idx < q_idx, q_idx <= q_idx) gave wrong results (cuDNN
+        # 9.19, tests/test_cuda_flex.py::test_bottom_right_causal and the differential fuzzer)
         return None
     if at_neg_inf(score) == "nan":
         return None
@@ -240,7 +240,7 @@ def _kv_guard(e: Optional[ir.Expr], lengths: tuple[int, int], enabled: bool) -> 
     if at == "-inf" and d_at == "fin":
         # padded query rows of a ragged L are not -inf: q is 0 there, so they see f(0, indices, inputs), and
         # an index term as large as q_idx overflowed exp(f - lse) in the backward (score + q_idx at L = 200,
-        # S = 64: dQ / dK inf, H100, cuDNN 9.19). Mask those rows when f reads anything besides the score
+        # S = 64: dQ / dK inf, cuDNN 9.19). Mask those rows when f reads anything besides the score
         if L > 0 and L % KV_TILE and (e.leaves() - {"score"} or refs_input(e)):
             return ir.Expr("lt", (ir.Expr.leaf("q_idx"), ir.Expr.const(int(L))))
         return None
@@ -257,7 +257,7 @@ def _kv_guard(e: Optional[ir.Expr], lengths: tuple[int, int], enabled: bool) -> 
 
 def is_causal_cmp(c: ir.Expr) -> bool:
     """``q_idx >= kv_idx`` or ``q_idx <= kv_idx`` (either spelling): the masks cuDNN may see as a select
-    on the raw score (causal, and inverse causal: both measured right on the H200)."""
+    on the raw score (causal, and inverse causal: both measured right on cuDNN 9.19)."""
     if c.op not in ("ge", "le") or len(c.args) != 2 or {a.op for a in c.args} != {"q_idx", "kv_idx"}:
         return False
     return True

@@ -1,8 +1,8 @@
 """A prefix-LM mask as two native cuDNN calls and a merge, not an emitted mask.
 
 ``kv_idx < P | q_idx >= kv_idx`` (bidirectional over the first P keys, causal after them) has no native
-cuDNN form, and emitted inside a score_mod it makes cuDNN compute every tile (cudnn-notes: 5.5 ms vs
-Inductor's 1.5 ms at 2x16x4096x128). Split by keys it is two native calls:
+cuDNN form, and emitted inside a score_mod it makes cuDNN compute every tile (about 3.7x slower than
+Inductor's flex; docs/cudnn-notes.md, "Prefix-LM on cuDNN"). Split by keys it is two native calls:
 
 * A: every query over the prefix keys ``K[:P], V[:P]``, no mask (all of them are visible to every row);
 * B: the queries ``q >= P`` over the keys ``kv >= P`` with top-left causal (``kv - P <= q - P``), which
@@ -14,9 +14,9 @@ backward runs each call's cuDNN backward with the *merged* out and lse: cuDNN re
 probabilities as ``exp(s - lse)`` and ``delta = rowsum(dO * out)``, both exact with the merged values,
 so dQ is the sum of the two calls' dQ, and dK / dV are A's for the prefix keys and B's for the rest.
 
-Measured first (sixth session, H200): a split by query rows instead (rows ``q >= P`` over all keys with a
+Measured first: a split by query rows instead (rows ``q >= P`` over all keys with a
 band of right bound P, top-left or bottom-right aligned) is correct but computes every tile of that band
-in cuDNN 9.19: 1.64-1.92 ms per training step vs Inductor's 1.48 at 2x16x4096x128.
+in cuDNN 9.19, slower than Inductor's flex (docs/cudnn-notes.md).
 
 Only ``q_idx >= kv_idx`` (not ``>``) with a constant P inside both lengths, and no score_mod, bias or
 (in i) input, is split (``split``).

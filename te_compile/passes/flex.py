@@ -113,8 +113,8 @@ def fold_scale(scale: Any, score: ir.Expr) -> tuple[Any, ir.Expr]:
         scale = float(scale) * lin[0]
         score = ir.simplify(ir.add(_SCORE, lin[1]))
     if isinstance(scale, numbers.Number) and scale < 0:
-        # cuDNN's softmax scale must be positive (a negative one gave inf at ragged lengths on the
-        # H200: the padded -inf scores turn +inf): the sign moves into the score_mod, f(-s)
+        # cuDNN's softmax scale must be positive (a negative one gave inf at ragged lengths: the
+        # padded -inf scores turn +inf): the sign moves into the score_mod, f(-s)
         scale = -float(scale)
         score = ir.simplify(ir.substitute(score, "score", ir.Expr("neg", (_SCORE,))))
     return scale, score
@@ -154,7 +154,7 @@ def split_terms(mods: _Mods, score: ir.Expr, q, k) -> _Terms:
     # computed by torch in the graph (autograd then carries dBias to the tables). Only the terms that
     # must be gathered go into the bias: the bias is in q's dtype (bf16), eager computes the score_mod
     # in fp32, and a large index term (slope * (kv - q) up to 300) rounded to bf16 changes the softmax
-    # (fuzzer, H200); pointwise terms stay in fp32 inside cuDNN.
+    # (fuzzer); pointwise terms stay in fp32 inside cuDNN.
     def pointwise(t: ir.Expr) -> bool:
         if ir.buffers_used(t) & mods.learned:
             return False
@@ -250,7 +250,7 @@ def check_block_mask(site: AttentionSite, t: _Terms, q, k) -> _Blocks:
 def check_dbias(impl: str, t: _Terms, need_dbias: bool) -> None:
     if impl == "cudnn" and need_dbias and t.score != _SCORE and not ir.derivative(t.score).is_const(1.0):
         # cuDNN's dBias with a score_mod whose derivative is not 1 is not flex's gradient of the
-        # additive table (differential fuzzer, H200: softcap / rsqrt score_mods with a learned
+        # additive table (differential fuzzer: softcap / rsqrt score_mods with a learned
         # rel-pos table gave dTable 0.9-1.0 off), or no backward engine is found at all
         raise Keep("a learned additive table (dBias) together with a score_mod whose derivative is not 1: "
                    "cuDNN's dBias is not flex's table gradient there")
@@ -300,10 +300,10 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
 MAX_BIAS_BYTES = 2 << 30
 
 #: a mask_mod that gathers (document ids) runs as a dense -inf bias: cuDNN then computes every block,
-#: while Inductor's flex skips the blocks the BlockMask leaves out. Measured on the H200 (2x16x4096x128,
-#: document + causal, 14% of blocks attended): te_compile 0.79 / 2.33 ms vs Inductor 0.19 / 0.46. So
+#: while Inductor's flex skips the blocks the BlockMask leaves out. Measured at 2x16x4096x128
+#: (document + causal, 14% of blocks attended): several times slower than Inductor (docs/benchmarks.md). So
 #: such sites are served only when at least this fraction of the blocks is attended (known at compile
-#: time when the BlockMask is a graph input); cuDNN is ~1.4x faster than Inductor at full density.
+#: time when the BlockMask is a graph input); at full density cuDNN is the faster one.
 MIN_GATHER_MASK_DENSITY = 0.6
 
 
