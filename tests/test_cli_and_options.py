@@ -216,3 +216,10 @@ def test_make_test_cuda_fails_clearly_without_a_gpu():
     cmd = guard.replace("$(PY)", sys.executable)
     r = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "no CUDA GPU here" in r.stderr and "make test" in r.stderr, (r.returncode, r.stderr)
+
+
+def test_cli_explain_mode_and_code():
+    """`te-compile explain MODULE:FACTORY --mode reduce-overhead --code` (docs/README.md's command line)."""
+    r = _cli("explain", "te_compile.demo:example", "--target", "reference", "--mode", "reduce-overhead", "--code")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "3 attention site(s)" in r.stdout and "# graph 0" in r.stdout and "te_compile.attn_fwd" in r.stdout
