@@ -198,31 +198,39 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     checker = _checker(options.target, options.serve, graphs_on)
     decisions = _rewrite(gm, original, options, checker)
     if options.inner == "inductor" and any(category(d.reason) == SLOWER for d in decisions):
-        # kept for speed, but cuDNN could serve them: if Inductor cannot compile the graph with them kept
-        # (its flex backward can run out of shared memory for a learned table), serve them and compile again.
-        # The backward is compiled now rather than at the first backward call, so its failure shows here.
-        import torch._functorch.config as functorch_config
-        try:
-            with functorch_config.patch(force_non_lazy_backward_lowering=True):
-                compiled = _inner_compile(options.inner, gm, example_inputs, inductor_config)
-        except Exception as e:  # noqa: BLE001 - the retry below either compiles or raises
-            failure = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
-            log.warning("te_compile: Inductor could not compile a graph with sites kept for speed (%s); "
-                        "serving them with te_compile and compiling again", failure)
-            gm.graph = _copy_graph(original)
-            gm.recompile()
-            kept = {d.site.name for d in decisions if category(d.reason) == SLOWER}
-            decisions = _rewrite(gm, _copy_graph(original), options, _checker(options.target, "always", graphs_on))
-            for d in decisions:
-                if d.rewrite and d.site.name in kept:
-                    d.reason = Reason(f"served although the cost model keeps it: Inductor could not compile the "
-                                      f"graph with it kept ({failure})", SERVED_AFTER_INNER_FAILURE)
-            _finish(gm, decisions, options)
-            return _inner_compile(options.inner, gm, example_inputs, inductor_config)
+        compiled, decisions = _compile_or_serve_kept(gm, example_inputs, options, original, decisions,
+                                                     inductor_config, graphs_on)
         _finish(gm, decisions, options)
         return compiled
     _finish(gm, decisions, options)
     return _inner_compile(options.inner, gm, example_inputs, inductor_config)
+
+
+def _compile_or_serve_kept(gm: GraphModule, example_inputs: list[Any], options: Options, original: torch.fx.Graph,
+                           decisions: list, inductor_config: Optional[dict], graphs_on: bool) -> tuple[Callable, list]:
+    """Compile a graph with sites kept for speed (cuDNN could serve them); if Inductor cannot compile it (its
+    flex backward can run out of shared memory for a learned table), serve those sites and compile again.
+
+    The backward is compiled with the forward here, not lazily at the first ``backward()``, so that its failure
+    shows while the graph can still change. Returns (compiled callable, the decisions it was compiled with)."""
+    import torch._functorch.config as functorch_config
+    try:
+        with functorch_config.patch(force_non_lazy_backward_lowering=True):
+            return _inner_compile(options.inner, gm, example_inputs, inductor_config), decisions
+    except Exception as e:  # noqa: BLE001 - the retry below either compiles or raises
+        text = str(e).strip()
+        failure = f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
+    log.warning("te_compile: Inductor could not compile a graph with sites kept for speed (%s); serving them "
+                "with te_compile and compiling again", failure)
+    gm.graph = _copy_graph(original)
+    gm.recompile()
+    kept = {d.site.name for d in decisions if category(d.reason) == SLOWER}
+    decisions = _rewrite(gm, _copy_graph(original), options, _checker(options.target, "always", graphs_on))
+    for d in decisions:
+        if d.rewrite and d.site.name in kept:
+            d.reason = Reason(f"served although the cost model keeps it: Inductor could not compile the graph "
+                              f"with it kept ({failure})", SERVED_AFTER_INNER_FAILURE)
+    return _inner_compile(options.inner, gm, example_inputs, inductor_config), decisions
 
 
 def _rewrite(gm: GraphModule, original: torch.fx.Graph, options: Options, checker: Any) -> list:
