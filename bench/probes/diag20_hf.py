@@ -10,7 +10,12 @@ cfg._attn_implementation = impl
 torch.manual_seed(0)
 model = transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
 ids = torch.randint(0, 1000, (1, 16), device="cuda")
+nohf = variant.endswith("_nohf")  # Hugging Face's own auto-compile of the decode step off
+if nohf:
+    variant = variant[:-5]
+    model.generation_config.disable_compile = True
 ref = model.generate(ids, max_new_tokens=32, do_sample=False, cache_implementation="static")
+print("HF auto-compiled the decode step:", hasattr(model, "_compiled_call"))
 import te_compile
 if variant == "plain":
     model.forward = torch.compile(model.forward, mode="reduce-overhead")
@@ -53,6 +58,17 @@ elif variant.startswith("te_bisect_"):
         B._finish = lambda *a, **k: None
     elif what == "passthrough":
         B.rewrite_graph = lambda gm, *a, **k: []
+    model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
+elif variant == "fx_wrapper":  # a custom backend that calls torch's Inductor wrapper with the mode's options
+    from torch._inductor import list_mode_options
+    def be(gm, ex, mode=None, options=None):
+        return torch._TorchCompileInductorWrapper(None, list_mode_options("reduce-overhead"), None)(gm, ex)
+    model.forward = torch.compile(model.forward, backend=be, mode="reduce-overhead")
+elif variant == "te_nowrapper":  # te_compile calling compile_fx directly
+    import importlib
+    B = importlib.import_module("te_compile.backend")
+    from torch._inductor.compile_fx import compile_fx
+    B._inductor_wrapper = lambda cfg: (lambda gm, ex: compile_fx(gm, ex, config_patches=cfg))
     model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
 elif variant == "te_default_mode":
     model.forward = torch.compile(model.forward, backend="te_compile")

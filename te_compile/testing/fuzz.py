@@ -675,7 +675,12 @@ def _prepare(device: str) -> Any:
     return te_compile.backend(inner="aot_eager", target="auto" if device == "cuda" else "reference", serve="always")
 
 
-def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = False, tag: str = "") -> list[dict]:
+def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = False, tag: str = "",
+              sink: str = "") -> list[dict]:
+    """Run ``cases``; with ``sink``, append each result to that JSON-lines file as it comes (so a run that is cut
+    short keeps what it did). On CUDA, a crash that leaves the context unusable (an illegal memory access is
+    sticky: every later CUDA call fails) ends the run with exit code ``POISONED``; ``--jobs`` starts a fresh
+    worker for the rest of the shard."""
     backend = _prepare(device)
     results = []
     t_start = time.perf_counter()
@@ -691,13 +696,33 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
              "kept_reasons": reasons, "sites": emission_digest(c, decisions),
              "seconds": round(time.perf_counter() - t0, 2)}
         results.append(r)
+        if sink:
+            with open(sink, "a") as f:
+                f.write(json.dumps(r) + "\n")
         if outcome in ("wrong", "crash"):
             print(f"--- {outcome.upper()}: {c.describe()}: {detail}", file=out)
             print(reproducer(c, device), file=out)
         elif verbose:
             print(f"{outcome}: {c.describe()} {detail} {reasons}", file=out)
         out.flush()
+        if outcome == "crash" and device == "cuda" and not _context_usable():
+            print(f"fuzz {tag}the CUDA context is unusable after this crash; ending this worker", file=sys.stderr,
+                  flush=True)
+            sys.exit(POISONED)
     return results
+
+
+#: a worker's exit code after a crash that left the CUDA context unusable
+POISONED = 3
+
+
+def _context_usable() -> bool:
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+        return True
+    except Exception:  # noqa: BLE001 - a sticky CUDA error
+        return False
 
 
 def summary(results: list[dict], device: str) -> str:
@@ -721,6 +746,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="worker processes (each runs a shard of the cases)")
     p.add_argument("--shard", default="0/1", help="i/n: run every n-th case starting at i (used by --jobs)")
     p.add_argument("--json", default="", help="write every result as JSON lines to this file")
+    p.add_argument("--sink", default="", help=argparse.SUPPRESS)  # a worker's results, appended case by case
+    p.add_argument("--resume", type=int, default=0, help=argparse.SUPPRESS)  # a worker: skip this many shard cases
     p.add_argument("--case", default="", help="run one case given as JSON (from a reproducer)")
     p.add_argument("--emit", action="append", default=[],
                    help="NAME=value: a cuDNN emission option (te_compile.cudnn.lowering.EmitOptions) for this "
@@ -733,10 +760,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         cases = cases_for(a.cases, a.seed, a.device, not a.no_peers)
     if a.jobs > 1 and not a.case:
-        results = _parallel(a, len(cases))
+        results = _parallel(a, cases)
     else:
         i, n = (int(x) for x in a.shard.split("/"))
-        results = run_cases(cases[i::n], a.device, verbose=a.verbose, tag=f"shard {i}/{n}: " if n > 1 else "")
+        results = run_cases(cases[i::n][a.resume:], a.device, verbose=a.verbose, tag=f"shard {i}/{n}: " if n > 1 else "",
+                            sink=a.sink)
     if a.json:
         with open(a.json, "w") as f:
             for r in results:
@@ -781,30 +809,67 @@ def _emit_options(pairs: list[str]) -> None:
     lowering.set_options(**changes)
 
 
-def _parallel(a: argparse.Namespace, n_cases: int) -> list[dict]:
+def _parallel(a: argparse.Namespace, cases: list[Case]) -> list[dict]:
+    """Run ``cases`` in ``a.jobs`` worker processes, every ``jobs``-th case each. A worker that dies (a segfault)
+    or ends on a poisoned CUDA context is restarted after the case it was running, which counts as a crash."""
     import tempfile
 
-    tmp = tempfile.mkdtemp(prefix="te_fuzz_")
-    procs = []
-    for i in range(a.jobs):
-        path = os.path.join(tmp, f"shard{i}.jsonl")
-        cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--device", a.device, "--cases", str(a.cases),
-               "--seed", str(a.seed), "--shard", f"{i}/{a.jobs}", "--json", path] + (["--no-peers"] if a.no_peers else []) \
-            + [x for p in a.emit for x in ("--emit", p)]
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        procs.append((subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True, env=env), path))
+    if a.json:
+        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+    # next to --json when given, so a run cut short leaves its shards' results where the caller looks
+    tmp = tempfile.mkdtemp(prefix=f"fuzz-shards-{a.seed}-", dir=os.path.dirname(os.path.abspath(a.json)) if a.json else None)
+    shards = [(i, cases[i::a.jobs], os.path.join(tmp, f"shard{i}.jsonl")) for i in range(a.jobs)]
+    live = {i: _start_worker(a, i, 0, path) for i, _, path in shards}
+    while live:
+        for i, shard, path in shards:
+            proc = live.get(i)
+            if proc is None or proc.poll() is None:
+                continue
+            proc.wait()
+            proc.log.close()
+            with open(proc.log.name) as f:  # the worker's report of its wrong / crashed cases
+                lines = [ln.rstrip("\n") for ln in f if not ln.startswith("fuzz ")]
+            if lines:
+                print("\n".join(lines), flush=True)
+            done = _count_lines(path)
+            del live[i]
+            if done < len(shard):  # the worker died on case `done` without writing it
+                if proc.returncode != POISONED:
+                    c = shard[done]
+                    r = {"seed": c.seed, "peer": c.peer, "outcome": "crash", "case": c.to_json(), "kept_reasons": [],
+                         "sites": [], "seconds": 0.0, "detail": f"worker died (exit code {proc.returncode})"}
+                    with open(path, "a") as f:
+                        f.write(json.dumps(r) + "\n")
+                    print(f"--- CRASH: {c.describe()}: worker died (exit code {proc.returncode})")
+                    print(reproducer(c, a.device))
+                    done += 1
+                if done < len(shard):
+                    live[i] = _start_worker(a, i, done, path)
+        time.sleep(0.2)
     results = []
-    for proc, path in procs:
-        text, _ = proc.communicate()
-        lines = [ln for ln in text.splitlines() if not ln.startswith("fuzz ")]
-        if lines:
-            print("\n".join(lines))
+    for _, _, path in shards:
         if os.path.exists(path):
             with open(path) as f:
                 results += [json.loads(ln) for ln in f if ln.strip()]
-        elif proc.returncode:
-            results.append({"outcome": "crash", "detail": f"worker exited {proc.returncode}", "seed": -1, "peer": ""})
     return results
+
+
+def _count_lines(path: str) -> int:
+    if not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return sum(1 for ln in f if ln.strip())
+
+
+def _start_worker(a: argparse.Namespace, i: int, resume: int, path: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--device", a.device, "--cases", str(a.cases),
+           "--seed", str(a.seed), "--shard", f"{i}/{a.jobs}", "--resume", str(resume), "--sink", path] \
+        + (["--no-peers"] if a.no_peers else []) + [x for p in a.emit for x in ("--emit", p)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    log = open(f"{path}.{resume}.out", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=None, text=True, env=env)
+    proc.log = log  # type: ignore[attr-defined]
+    return proc
 
 
 if __name__ == "__main__":
