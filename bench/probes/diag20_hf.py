@@ -70,6 +70,27 @@ elif variant == "te_nowrapper":  # te_compile calling compile_fx directly
     from torch._inductor.compile_fx import compile_fx
     B._inductor_wrapper = lambda cfg: (lambda gm, ex: compile_fx(gm, ex, config_patches=cfg))
     model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
+elif variant == "te_all":  # te_compile with the copy, the rewrite, the report and the checker all removed
+    import importlib
+    B = importlib.import_module("te_compile.backend")
+    B._copy_graph = lambda g: g
+    B._finish = lambda *a, **k: None
+    B.rewrite_graph = lambda gm, *a, **k: []
+    B._checker = lambda *a, **k: None
+    model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
+elif variant == "fx_te_inner":  # a custom backend calling te_compile's _inner_compile
+    from te_compile import backend as B
+    def be(gm, ex, mode=None, options=None):
+        return B._inner_compile("inductor", gm, ex, B._inductor_config("inductor", mode, options))
+    model.forward = torch.compile(model.forward, backend=be, mode="reduce-overhead")
+elif variant == "fx_named":  # fx_direct registered under a name, like te_compile's entry point
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor import list_mode_options
+    from torch._dynamo import register_backend
+    @register_backend(name="probe_named")
+    def be(gm, ex, mode=None, options=None):
+        return compile_fx(gm, ex, config_patches=list_mode_options("reduce-overhead"))
+    model.forward = torch.compile(model.forward, backend="probe_named", mode="reduce-overhead")
 elif variant == "te_default_mode":
     model.forward = torch.compile(model.forward, backend="te_compile")
 from te_compile.report import record_reports, Report
@@ -79,6 +100,7 @@ try:
     agree = (out[:, ids.shape[1]:] == ref[:, ids.shape[1]:]).float().mean().item()
     print(f"HF {variant} {impl}: ok, token agreement {agree:.3f}")
 except Exception as e:
+    import traceback; traceback.print_exc()
     print(f"HF {variant} {impl}: raised {type(e).__name__}: {str(e).splitlines()[0][:300]}")
 if variant.startswith("te"):
     print(Report(reps[:3]).table() if reps else "no reports")

@@ -691,6 +691,9 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
                   file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         outcome, detail, decisions = compare(c, device, backend)
+        poisoned = device == "cuda" and not _context_usable()
+        if poisoned:  # a sticky CUDA error: this case left the context unusable, whatever the comparison said
+            outcome, detail = "crash", f"the CUDA context was unusable after this case ({outcome}: {detail})"[:600]
         reasons = [d.reason for d in decisions if not d.rewrite]
         r = {"seed": c.seed, "peer": c.peer, "outcome": outcome, "detail": detail, "case": c.to_json(),
              "kept_reasons": reasons, "sites": emission_digest(c, decisions),
@@ -705,7 +708,7 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
         elif verbose:
             print(f"{outcome}: {c.describe()} {detail} {reasons}", file=out)
         out.flush()
-        if outcome == "crash" and device == "cuda" and not _context_usable():
+        if poisoned:
             print(f"fuzz {tag}the CUDA context is unusable after this crash; ending this worker", file=sys.stderr,
                   flush=True)
             sys.exit(POISONED)
