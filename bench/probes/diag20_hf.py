@@ -91,6 +91,20 @@ elif variant == "fx_named":  # fx_direct registered under a name, like te_compil
     def be(gm, ex, mode=None, options=None):
         return compile_fx(gm, ex, config_patches=list_mode_options("reduce-overhead"))
     model.forward = torch.compile(model.forward, backend="probe_named", mode="reduce-overhead")
+elif variant == "te_nochecker":  # te_compile with only the checker removed (no cuDNN import at compile time)
+    import importlib
+    B = importlib.import_module("te_compile.backend")
+    B._checker = lambda *a, **k: None
+    model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
+elif variant == "te_preimport":  # te_compile with its cuDNN modules imported before compiling
+    import te_compile.cudnn.check, te_compile.cudnn.cost  # noqa: F401
+    model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
+elif variant == "te_norewrite_nocopy":
+    import importlib
+    B = importlib.import_module("te_compile.backend")
+    B._copy_graph = lambda g: g
+    B.rewrite_graph = lambda gm, *a, **k: []
+    model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
 elif variant == "te_default_mode":
     model.forward = torch.compile(model.forward, backend="te_compile")
 from te_compile.report import record_reports, Report

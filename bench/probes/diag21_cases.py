@@ -8,6 +8,6 @@ for r in rows:
     if want and not any(r["name"].startswith(w) for w in want):
         continue
     p = subprocess.run([sys.executable, "-m", "te_compile.testing.fuzz", "--device", "cuda", "--case", json.dumps(r["case"]),
-                        "-v"], capture_output=True, text=True, timeout=300)
+                        "-v"] + [x for e in os.environ.get("EMIT", "").split() for x in ("--emit", e)], capture_output=True, text=True, timeout=300)
     lines = [l for l in (p.stdout + p.stderr).splitlines() if l.startswith(("pass", "kept", "invalid", "---", "fuzz cuda", "torch.", "RuntimeError", "cudnn"))]
     print(r["name"], "rc", p.returncode, "|", " | ".join(l[:250] for l in lines[:4]), flush=True)

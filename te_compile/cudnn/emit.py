@@ -29,6 +29,7 @@ import cudnn
 
 from .. import ir
 from ..opdefs import OPS, Cudnn
+from . import lowering as lowering_mod
 from .lowering import BIG, MAX_INT_POW, Lowering, has_score, int_by_const, is_causal_cmp, refs_input
 
 _I32, _F32, _BOOL = cudnn.data_type.INT32, cudnn.data_type.FLOAT, cudnn.data_type.BOOLEAN
@@ -87,6 +88,45 @@ class _Recorder:
         return op
 
 
+class _DistinctOperands:
+    """A cuDNN graph whose ops never get one tensor as two operands: a repeated operand goes through an identity
+    op first (``mul(s, s)`` becomes ``mul(s, identity(s))``), with the op's compute type. EmitOptions.distinct_operands
+    says why."""
+
+    __slots__ = ("_g",)
+
+    def __init__(self, g: Any):
+        self._g = g
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self._g, name)
+        if not callable(fn):
+            return fn
+
+        def op(*args: Any, **kwargs: Any) -> Any:
+            seen: set = set()
+            fixed = []
+            for a in args:
+                if id(a) in seen and not isinstance(a, (int, float, str, bool)):
+                    a = self._identity(a, kwargs.get("compute_data_type", _F32))
+                seen.add(id(a))
+                fixed.append(a)
+            return fn(*fixed, **kwargs)
+        return op
+
+    def _identity(self, t: Any, compute: Any) -> Any:
+        out = self._g.identity(t, compute_data_type=compute)
+        if compute is not _F32:  # integer / boolean operands keep their type (float outputs are inferred)
+            out.set_data_type(compute)
+        return out
+
+
+def _distinct(graph: Any) -> Any:
+    if not lowering_mod.OPTIONS.distinct_operands or isinstance(graph, _DistinctOperands):
+        return graph
+    return _DistinctOperands(graph)
+
+
 def _const_where(e: ir.Expr) -> bool:
     return e.op == "where" and e.args[1].op == "const" and e.args[2].op == "const"
 
@@ -123,6 +163,7 @@ class Emitter:
 
     # -- the two callbacks
     def score_mod(self, graph: Any, score: Any) -> Any:
+        graph = _distinct(graph)
         self.g, self.memo = graph, {}
         self.score = self.raw = score
         if self.plan is not None:  # mask first: cuDNN then skips masked tiles (module docstring)
@@ -148,6 +189,7 @@ class Emitter:
         return self._select(self.guard, t, self._const(fill))
 
     def bprop(self, graph: Any, ds: Any) -> Any:
+        graph = self.g = _distinct(graph)
         if self.plan is not None:
             # f'(s1) is finite where masked (at_neg_inf) and dS is 0 there: no select needed,
             # and a select here would stop cuDNN from skipping masked tiles in the backward

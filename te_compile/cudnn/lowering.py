@@ -55,6 +55,10 @@ class EmitOptions:
     #: 256 (tile multiples, no mask; cuDNN 9.19): the backward evaluates the score_mod at -inf
     #: positions even where no tile is padded, and exp(f(-inf) - lse) is not 0
     ninf_clamp: bool = True
+    #: never hand one tensor to two operands of an op (``mul(s, s)``, the ``t * t`` of tanh's derivative): the
+    #: second use goes through an identity op. cuDNN 9.27's runtime-compiled engines ran such graphs into an
+    #: illegal memory access that poisons the CUDA context (docs/cudnn-notes.md)
+    distinct_operands: bool = True
 
     def __post_init__(self) -> None:
         if self.const_mode not in ("pbv", "scalar", "pbv_nonint"):
