@@ -20,7 +20,7 @@ from torch.fx import GraphModule
 
 from .passes.decision import TARGETS
 from .passes.rewrite import rewrite_graph
-from .reasons import SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
+from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
 from .report import GraphReport, Report, record
 
 log = logging.getLogger("te_compile")
@@ -256,7 +256,7 @@ def _finish(gm: GraphModule, decisions: list, options: Options) -> None:
         msg = ("te_compile: verify=True compares cuDNN with the reference math, but no attention site of this "
                "graph runs on cuDNN (CPU inputs, target='reference', or kept sites): nothing is verified")
         warnings.warn(msg, RuntimeWarning, stacklevel=2)  # once (not also logged: the CLI would print it twice)
-    report = GraphReport(_graph_counter, decisions, gm.code, options)
+    report = GraphReport(_graph_counter, decisions, gm.code, options, _cudnn_version(decisions, options))
     record(report)
     for d in decisions:
         if d.rewrite:
@@ -267,6 +267,15 @@ def _finish(gm: GraphModule, decisions: list, options: Options) -> None:
         log.info("te_compile: graph %d\n%s", report.index, Report([report]).table())
     if decisions:
         _trace_artifact(report)
+
+
+def _cudnn_version(decisions: list, options: Options) -> str:
+    """The running cuDNN version ("9.19") when a site of the graph was decided for cuDNN, else ""."""
+    if options.target != "auto" or not any(d.runs_on == "cudnn" or category(d.reason) == CUDNN_VERSION
+                                           for d in decisions):
+        return ""
+    from .cudnn import versions
+    return versions.describe(versions.running())
 
 
 def _uses_cuda_graphs(inner: str, inductor_config: Optional[dict]) -> bool:

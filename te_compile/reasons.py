@@ -14,7 +14,10 @@ SLOWER = "slower"
 OTHER = "other"
 #: a site served although the cost model would keep it: Inductor could not compile the graph with it
 SERVED_AFTER_INNER_FAILURE = "served-after-inner-failure"
-CATEGORIES = (SLOWER, OTHER, SERVED_AFTER_INNER_FAILURE)
+#: a site cuDNN could serve, kept because the running cuDNN version is not checked for its form
+#: (te_compile.cudnn.versions)
+CUDNN_VERSION = "cudnn-version"
+CATEGORIES = (SLOWER, OTHER, SERVED_AFTER_INNER_FAILURE, CUDNN_VERSION)
 
 
 class Reason(str):

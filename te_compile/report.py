@@ -24,6 +24,8 @@ class GraphReport:
     decisions: list[Decision]
     code: str
     options: Any  # te_compile.backend.Options
+    #: the cuDNN version the graph's sites were decided for ("9.19"), "" when no site targets cuDNN
+    cudnn: str = ""
 
 
 _recorders = threading.local()
@@ -137,6 +139,9 @@ class Report:
         s = self.summary()
         head = (f"te_compile: {s['sites']} attention site(s) in {len(self.graphs)} graph(s): "
                 f"{s['cudnn']} on cuDNN, {s['reference']} on the reference kernel, {s['kept']} kept")
+        versions = sorted({g.cudnn for g in self.graphs if getattr(g, "cudnn", "")})
+        if versions:
+            head += f" (cuDNN {', '.join(versions)})"
         return "\n".join([head] + ([f"  ({self.note})"] if self.note else []) + [line(cols)] + [line(r) for r in rows])
 
     def __str__(self) -> str:

@@ -105,6 +105,18 @@ elif variant == "te_norewrite_nocopy":
     B._copy_graph = lambda g: g
     B.rewrite_graph = lambda gm, *a, **k: []
     model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
+elif variant in ("te_only_report", "te_only_rewrite", "te_only_copy"):  # te_all with one part put back
+    import importlib
+    B = importlib.import_module("te_compile.backend")
+    keep = variant[len("te_only_"):]
+    if keep != "copy":
+        B._copy_graph = lambda g: g
+    if keep != "report":
+        B._finish = lambda *a, **k: None
+    if keep != "rewrite":
+        B.rewrite_graph = lambda gm, *a, **k: []
+    B._checker = lambda *a, **k: None
+    model.forward = torch.compile(model.forward, backend="te_compile", mode="reduce-overhead")
 elif variant == "te_default_mode":
     model.forward = torch.compile(model.forward, backend="te_compile")
 from te_compile.report import record_reports, Report

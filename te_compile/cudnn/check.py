@@ -16,7 +16,7 @@ import torch
 
 from ..layout import concrete as _concrete, contiguous_strides, like_layout_strides
 from ..spec import AttentionSpec
-from . import prefix
+from . import prefix, versions
 from .lowering import lower
 
 #: largest head dim cuDNN's sm90 SDPA serves forward *and* backward (cuDNN 9.x)
@@ -27,9 +27,13 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
           spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> Optional[str]:
     """Reason cuDNN cannot serve this call, or None. Tensors may be fake."""
-    why = lower(spec).unsupported
-    if why:
-        return why
+    lw = lower(spec)
+    if lw.unsupported:
+        return lw.unsupported
+    if lw.emitted:
+        why = versions.emitted_reason()
+        if why:
+            return why
     if spec.scale is not None and spec.scale <= 0:
         return (f"softmax scale {spec.scale:g} <= 0: cuDNN's padded key positions turn +inf with a negative "
                 "scale (wrong results at lengths that are not a multiple of the tile)")
