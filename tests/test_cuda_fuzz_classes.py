@@ -23,7 +23,7 @@ SERVED = {"lse_in_the_loss", "lse_in_the_loss_causal", "step_not_folded", "negat
           "sigmoid", "tanh_abs", "sqrt_abs", "square_of_scaled", "abs_grad", "nested_or", "offset_band",
           "strict_causal", "score_mod_window", "chained_index", "log_emission", "where_two_constants",
           "sdpa_chain", "flex_chain", "learned_table", "alibi_plus_table",
-          "tanh_tile_multiple", "sigmoid_tile_multiple", "chained_learned_table"}
+          "tanh_tile_multiple", "sigmoid_tile_multiple", "chained_learned_table", "score_times_score"}
 # autocast_sdpa: fp32 inputs under torch.autocast are kept for Inductor on CUDA (the compile-time check sees
 # float32); the op's Autocast kernel casts like eager (CPU test), serving them on cuDNN is not measured yet
 
