@@ -21,6 +21,7 @@ from torch.fx import GraphModule
 from .passes.decision import TARGETS
 from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
+from . import stale_outputs
 from .report import GraphReport, Report, record
 
 log = logging.getLogger("te_compile")
@@ -197,13 +198,22 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
                                                                                                inductor_config)
     checker = _checker(options.target, options.serve, graphs_on)
     decisions = _rewrite(gm, original, options, checker)
+    guard_stale = graphs_on and options.inner == "inductor" and _is_cuda_graph(example_inputs)
+    if guard_stale:  # an overwritten CUDA-graph output must raise, not crash (te_compile/stale_outputs.py)
+        inductor_config = stale_outputs.without_static_launcher(inductor_config)
     if options.inner == "inductor" and any(category(d.reason) == SLOWER for d in decisions):
         compiled, decisions = _compile_or_serve_kept(gm, example_inputs, options, original, decisions,
                                                      inductor_config, graphs_on)
         _finish(gm, decisions, options)
-        return compiled
-    _finish(gm, decisions, options)
-    return _inner_compile(options.inner, gm, example_inputs, inductor_config)
+    else:
+        _finish(gm, decisions, options)  # before Inductor, whose passes change gm in place
+        compiled = _inner_compile(options.inner, gm, example_inputs, inductor_config)
+    return stale_outputs.raising_on_overwritten(compiled) if guard_stale else compiled
+
+
+def _is_cuda_graph(example_inputs: list[Any]) -> bool:
+    """Does the graph read a CUDA tensor (only then can Inductor run it under CUDA graphs)?"""
+    return any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
 
 
 def _compile_or_serve_kept(gm: GraphModule, example_inputs: list[Any], options: Options, original: torch.fx.Graph,

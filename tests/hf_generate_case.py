@@ -2,7 +2,11 @@
 the test session down): greedy ``generate`` with a static cache, ``model.forward`` compiled with plain
 torch.compile or te_compile. Prints one JSON line: {"ok", "agree", "error"}.
 
-    python3 tests/hf_generate_case.py {plain|te_compile} {sdpa|flex_attention} {default|reduce-overhead}
+    python3 tests/hf_generate_case.py {plain|te_compile} {sdpa|flex_attention} {default|reduce-overhead|reduce-overhead-called}
+
+``reduce-overhead-called``: the compiled forward is called from a plain Python function (as a user's wrapper
+would). On torch 2.11 that is the setup in which plain torch.compile dies with a segfault (an overwritten
+CUDA-graph output reaches Inductor's static launcher) rather than raising; te_compile must raise.
 """
 
 import faulthandler
@@ -25,10 +29,16 @@ def main(which: str, impl: str, mode: str) -> None:
     ids = torch.randint(0, 1000, (1, 16), device="cuda")
     kw = dict(max_new_tokens=32, do_sample=False, cache_implementation="static")
     ref = model.generate(ids, **kw)
-    compile_kw = {} if mode == "default" else {"mode": mode}
+    compile_kw = {} if mode == "default" else {"mode": mode.replace("-called", "")}
     if which == "te_compile":
         compile_kw["backend"] = "te_compile"
-    model.forward = torch.compile(model.forward, **compile_kw)
+    compiled = torch.compile(model.forward, **compile_kw)
+    if mode.endswith("-called"):
+        def forward(*args, **kwargs):
+            return compiled(*args, **kwargs)
+        model.forward = forward
+    else:
+        model.forward = compiled
     res = {"ok": False, "agree": None, "error": None}
     try:
         out = model.generate(ids, **kw)

@@ -19,7 +19,8 @@ import torch
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU with cuDNN")]
 
-COMBOS = [(impl, mode) for impl in ("sdpa", "flex_attention") for mode in ("default", "reduce-overhead")]
+COMBOS = [(impl, mode) for impl in ("sdpa", "flex_attention")
+          for mode in ("default", "reduce-overhead", "reduce-overhead-called")]
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -43,11 +44,15 @@ def results() -> dict:
 @pytest.mark.parametrize("impl,mode", COMBOS)
 def test_generate_static_cache_as_plain_torch_compile(results, impl, mode):
     plain, te = results[("plain", impl, mode)], results[("te_compile", impl, mode)]
-    print(f"\n{impl}/{mode}: plain {plain['ok'], plain['agree'], plain['error']}, "
+    print(f"\n{impl}/{mode}: plain {plain['ok'], plain['agree'], plain['error'], plain['returncode']}, "
           f"te_compile {te['ok'], te['agree'], te['error']}")
+    # never a dead process, also where plain torch.compile's dies (an overwritten CUDA-graph output reaching
+    # Inductor's static launcher: te_compile/stale_outputs.py)
     assert te["returncode"] == 0, f"te_compile's process died (return code {te['returncode']}):\n{te['stderr']}"
     if plain["ok"]:
         assert te["ok"], f"plain torch.compile generates, te_compile raised {te['error']}"
         assert te["agree"] >= plain["agree"] - 0.1, (te["agree"], plain["agree"])
-    else:  # plain torch.compile raised: te_compile raises the same error or generates
+    elif plain["returncode"] == 0:  # plain torch.compile raised: te_compile raises the same error or generates
         assert te["ok"] or te["error"].split(":")[0] == plain["error"].split(":")[0], (te["error"], plain["error"])
+    else:  # plain torch.compile's process died: te_compile generates or raises torch's error for the case
+        assert te["ok"] or "overwritten by a subsequent run" in te["error"], te["error"]
