@@ -11,7 +11,8 @@ cfg = transformers.LlamaConfig(vocab_size=1000, hidden_size=1024, intermediate_s
 cfg._attn_implementation = "sdpa"
 torch.manual_seed(0)
 model = transformers.LlamaForCausalLM(cfg).cuda().to(torch.bfloat16).eval()
-model.generation_config.disable_compile = True
+model.generation_config.disable_compile = variant.endswith("_nohf") or "_hf" not in variant
+variant = variant.replace("_hf", "")
 ids = torch.randint(0, 1000, (1, 16), device="cuda")
 ref = model.generate(ids, max_new_tokens=32, do_sample=False, cache_implementation="static")
 from torch._inductor import list_mode_options
@@ -76,4 +77,4 @@ try:
 except Exception as e:
     traceback.print_exc()
     print(f"HF {variant}: raised {type(e).__name__}: {str(e).splitlines()[0][:200]}", flush=True)
-print(f"HF {variant}: backend calls {len(calls)}", flush=True)
+print(f"HF {variant}: backend calls {len(calls)}, HF auto-compiled: {hasattr(model, '_compiled_call')}", flush=True)
