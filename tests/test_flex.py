@@ -327,3 +327,33 @@ def test_linear_score_mod_folds_into_the_scale(name, factor, score):
     report = te_compile.explain(_fn(name, "causal"), *_inputs(), target="reference")
     (d,) = report.decisions
     assert d.spec.scale == pytest.approx(factor / math.sqrt(D)) and d.spec.score == score
+
+
+def test_flex_call_is_read_by_name_on_both_block_mask_layouts():
+    """find.FlexArgs / FlexBlockMask name the HOP's arguments; the BlockMask tuple has 13 entries on torch 2.11
+    and 17 on 2.13 (dq-order tensors before the block sizes), read the same way."""
+    from te_compile.passes.find import FlexBlockMask, find_sites
+
+    bm = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, 256, 256, device="cpu", BLOCK_SIZE=128)
+    t = bm.as_tuple()
+    got = FlexBlockMask.parse(t)
+    assert got.kv_num_blocks is bm.kv_num_blocks and got.kv_indices is bm.kv_indices
+    assert got.full_kv_num_blocks is bm.full_kv_num_blocks and got.full_kv_indices is bm.full_kv_indices
+    assert (got.q_block, got.kv_block) == tuple(bm.BLOCK_SIZE) and got.mask_mod is bm.mask_mod
+    t11 = t[:10] + t[-3:]  # torch 2.11's layout: no dq-order entries
+    assert len(t11) == 13 and FlexBlockMask.parse(t11) == got
+
+    sites = []
+
+    def be(gm, ex):
+        sites.extend(find_sites(gm.graph))
+        return gm.forward
+
+    q = torch.randn(1, 2, 256, 16)
+    torch.compile(lambda q: flex_attention(q, q, q, score_mod=lambda s, b, h, i, j: s * 2, block_mask=bm),
+                  backend=be, fullgraph=True)(q)
+    (site,) = sites
+    assert site.problem is None and site.flex is not None
+    assert site.flex.q is site.q and site.flex.block_mask.q_block == 128
+    assert site.score_mod is getattr(site.node.graph.owning_module, site.flex.score_mod.target)
+    assert site.mask_mod is getattr(site.node.graph.owning_module, site.flex.block_mask.mask_mod.target)

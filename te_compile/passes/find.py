@@ -39,6 +39,7 @@ class AttentionSite:
     mask_mod: Optional[Any] = None
     score_buffers: tuple = ()
     mask_buffers: tuple = ()
+    flex: Optional["FlexArgs"] = None  # the HOP's arguments, named
 
     @property
     def name(self) -> str:
@@ -93,20 +94,61 @@ def is_flex(n: Node) -> bool:
     return n.op == "call_function" and n.target is torch.ops.higher_order.flex_attention
 
 
+@dataclasses.dataclass(frozen=True)
+class FlexBlockMask:
+    """The BlockMask as the flex HOP takes it (``BlockMask.as_tuple()``), by name. The tuple has 13 entries on
+    torch 2.11 and 17 on 2.13 (2.13 adds four dq-order tensors before the block sizes): the entries used here
+    are the same from the front (kv / full-kv block lists) and from the back (block sizes, mask_mod)."""
+
+    kv_num_blocks: Any
+    kv_indices: Any
+    full_kv_num_blocks: Any
+    full_kv_indices: Any
+    q_block: Any  # Q_BLOCK_SIZE
+    kv_block: Any  # KV_BLOCK_SIZE
+    mask_mod: Any  # the mask_mod subgraph's get_attr node
+
+    @classmethod
+    def parse(cls, entries: Any) -> "FlexBlockMask":
+        t = tuple(entries)
+        return cls(t[2], t[3], t[4], t[5], t[-3], t[-2], t[-1])
+
+
+@dataclasses.dataclass(frozen=True)
+class FlexArgs:
+    """The flex_attention HOP's arguments, by name: (query, key, value, score_mod, block_mask, scale,
+    kernel_options, score_mod_other_buffers, mask_mod_other_buffers)."""
+
+    q: Any
+    k: Any
+    v: Any
+    score_mod: Any  # the score_mod subgraph's get_attr node
+    block_mask: FlexBlockMask
+    scale: Any
+    kernel_options: Any = None
+    score_buffers: tuple = ()
+    mask_buffers: tuple = ()
+
+    @classmethod
+    def parse(cls, n: Node) -> "FlexArgs":
+        a = list(n.args) + [None] * (9 - len(n.args))
+        return cls(a[0], a[1], a[2], a[3], FlexBlockMask.parse(a[4]), a[5], a[6],
+                   tuple(a[7] or ()), tuple(a[8] or ()))
+
+
 def _flex_site(n: Node) -> AttentionSite:
-    """flex HOP args: (q, k, v, score_mod, block_mask tuple, scale, kernel_options, score buffers,
-    mask buffers). The block-mask tuple has 13 entries on torch 2.11 and 17 on 2.13: mask_mod is
-    always the last one."""
-    q, k, v, score_ref, block_mask, scale = n.args[:6]
-    sbufs = tuple(n.args[7]) if len(n.args) > 7 else ()
-    mbufs = tuple(n.args[8]) if len(n.args) > 8 else ()
-    site = AttentionSite(node=n, kind="flex", q=q, k=k, v=v, scale=scale,
-                         score_buffers=sbufs, mask_buffers=mbufs)
+    try:
+        fa = FlexArgs.parse(n)
+    except (IndexError, TypeError):
+        q, k, v = (list(n.args) + [None] * 3)[:3]
+        return AttentionSite(node=n, kind="flex", q=q, k=k, v=v, problem="could not read the flex_attention arguments")
+    site = AttentionSite(node=n, kind="flex", q=fa.q, k=fa.k, v=fa.v, scale=fa.scale,
+                         score_buffers=fa.score_buffers, mask_buffers=fa.mask_buffers, flex=fa)
     gm = n.graph.owning_module
     try:
-        site.score_mod = getattr(gm, score_ref.target)
-        site.mask_mod = getattr(gm, block_mask[-1].target)
-    except (AttributeError, IndexError, TypeError):
+        site.score_mod = getattr(gm, fa.score_mod.target)
+        site.mask_mod = getattr(gm, fa.block_mask.mask_mod.target)
+    except (AttributeError, TypeError):
         site.problem = "could not read the flex_attention score_mod / mask_mod subgraphs"
     return site
 

@@ -217,12 +217,12 @@ class _Blocks:
 
 
 def check_block_mask(site: AttentionSite, t: _Terms, q, k) -> _Blocks:
-    bm = tuple(site.node.args[4])
-    qb, kb = bm[-3], bm[-2]
+    bm = site.flex.block_mask
+    qb, kb = bm.q_block, bm.kv_block
     if not (isinstance(qb, int) and isinstance(kb, int)):
         raise Keep("BlockMask block sizes are not constants")
     empty = qb == _EMPTY_BLOCK and kb == _EMPTY_BLOCK
-    kvn, kvi, fkn, fki = bm[2], bm[3], bm[4], bm[5]
+    kvn, kvi, fkn, fki = bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices
     if t.mask_gather is not None:
         # the BlockMask goes into the materialized mask (its semantics exactly): nothing to check
         mask_block = (qb, kb) + ((None,) * 4 if empty else (kvn, kvi, fkn, fki))
@@ -386,7 +386,7 @@ def _replace_outputs(graph: Any, d: Decision, n: Node, out: Node, lse: Node, lse
         user.replace_all_uses_with(new)
         graph.erase_node(user)
         d.replaced[user] = new
-    attrs = [a for a in (n.args[3], n.args[4][-1]) if isinstance(a, Node)]
+    attrs = [a for a in (d.site.flex.score_mod, d.site.flex.block_mask.mask_mod) if isinstance(a, Node)]
     graph.erase_node(n)
     if not lse2.users:
         graph.erase_node(lse2)
