@@ -52,6 +52,12 @@ _lib.define("attn_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Ten
 
 # --------------------------------------------------------------------------- autograd
 
+#: _AttnFunction.apply's arguments before ``*extra``: ``ctx.needs_input_grad`` is indexed by these
+_APPLY_ARGS = ("keyset", "q", "k", "v", "bias", "spec")
+_Q, _K, _V, _BIAS = (_APPLY_ARGS.index(a) for a in ("q", "k", "v", "bias"))
+_EXTRA = len(_APPLY_ARGS)
+
+
 class _AttnFunction(torch.autograd.Function):
     """attn_fwd with its backward (attn_bwd); dBias only when the bias needs a gradient."""
 
@@ -72,14 +78,14 @@ class _AttnFunction(torch.autograd.Function):
         q, k, v, out, lse, bias, *extra = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(out)
-        nig = ctx.needs_input_grad  # (keyset, q, k, v, bias, spec, *extra)
-        if any(nig[6:]):
+        nig = ctx.needs_input_grad  # by _APPLY_ARGS, then *extra
+        if any(nig[_EXTRA:]):
             # the rewrite keeps such sites; never hand back a silent zero/None gradient
             raise RuntimeError("te_compile: gradients for captured score_mod tensors are not supported")
-        need_dbias = bias is not None and bool(nig[4])
+        need_dbias = bias is not None and bool(nig[_BIAS])
         dq, dk, dv, dbias = _bwd_op(dout, q, k, v, out, lse, bias, list(extra), ctx.spec, need_dbias, dlse)
-        return (None, dq if nig[1] else None, dk if nig[2] else None, dv if nig[3] else None,
-                dbias if need_dbias else None, None, *([None] * ctx.n_extra))
+        grads = {_Q: dq, _K: dk, _V: dv, _BIAS: dbias if need_dbias else None}
+        return (*(grads.get(i) if nig[i] else None for i in range(_EXTRA)), *([None] * ctx.n_extra))
 
 
 _IGNORED = torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)
@@ -115,8 +121,31 @@ def _fwd_autograd(keyset, q, k, v, bias, extra, spec):
     return _below_autograd(_fwd_op, attn_fwd_cuda, keyset, q, k, v, bias, extra, spec)
 
 
+def _tensor_slots(schema: "torch._C.FunctionSchema") -> tuple[tuple[slice, ...], tuple[int, ...]]:
+    """Where an op's tensor arguments sit: runs of Tensor / Tensor? arguments as slices, Tensor[] arguments
+    by index. The Autograd kernel below reads its positional ``args`` through these (slices cost less per
+    call than a name lookup), so they follow the schema instead of being written out by hand."""
+    runs: list[slice] = []
+    lists: list[int] = []
+    start = None
+    for i, a in enumerate(schema.arguments):
+        kind = str(a.type)
+        single = kind in ("Tensor", "Optional[Tensor]")
+        if single and start is None:
+            start = i
+        if not single and start is not None:
+            runs.append(slice(start, i))
+            start = None
+        if kind == "List[Tensor]":
+            lists.append(i)
+    if start is not None:
+        runs.append(slice(start, len(schema.arguments)))
+    return tuple(runs), tuple(lists)
+
+
 def _bwd_autograd(keyset, *args):
-    if torch.is_grad_enabled() and torch._C._any_requires_grad(*args[:7], *args[7], *args[10:11]):
+    (head, tail), (extra,) = _BWD_TENSORS  # (dout .. bias), (dlse,); extra[]
+    if torch.is_grad_enabled() and torch._C._any_requires_grad(*args[head], *args[extra], *args[tail]):
         # attn_bwd has no derivative: refuse rather than return grads that silently lack one
         raise RuntimeError("te_compile: double backward (create_graph=True) through a te_compile attention op "
                            "is not supported; compile this model without te_compile for higher-order gradients")
@@ -132,6 +161,7 @@ for _name, _ref, _cuda, _fake, _ag in (("attn_fwd", attn_fwd_reference, attn_fwd
 
 _fwd_op = torch.ops.te_compile.attn_fwd.default
 _bwd_op = torch.ops.te_compile.attn_bwd.default
+_BWD_TENSORS = _tensor_slots(_bwd_op._schema)
 
 
 def _autocast_kernel(device_type: str, key: "torch._C.DispatchKey"):

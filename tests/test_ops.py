@@ -119,3 +119,31 @@ def test_double_backward_is_refused_not_silently_wrong():
     out, _ = torch.ops.te_compile.attn_fwd(q, k, v, bias, [], spec)
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.grad(out.sum(), q, create_graph=True)
+
+
+def test_autograd_kernel_reads_the_backward_tensors_from_the_schema():
+    """The Autograd kernel of attn_bwd finds its tensor arguments by the schema's positions, so a schema change
+    cannot leave it checking the wrong arguments for requires_grad."""
+    from te_compile import ops
+
+    schema = ops._bwd_op._schema
+    names = [a.name for a in schema.arguments]
+    (head, tail), (extra,) = ops._BWD_TENSORS
+    assert names[head] + names[tail] == ["dout", "q", "k", "v", "out", "lse", "bias", "dlse"]
+    assert names[extra] == "extra"
+    for i, a in enumerate(schema.arguments):  # every tensor argument is covered, nothing else is
+        covered = i in range(head.start, head.stop) or i in range(tail.start, tail.stop) or i == extra
+        assert covered == ("Tensor" in str(a.type)), a
+
+
+def test_backward_grads_follow_needs_input_grad():
+    """Each input gets its gradient only when it needs one (q frozen here), dBias only for a bias that needs it."""
+    q, k, v = (torch.randn(1, 2, 8, 4, dtype=torch.float64) for _ in range(3))
+    k.requires_grad_(True)
+    v.requires_grad_(True)
+    bias = torch.randn(1, 2, 8, 8, dtype=torch.float64, requires_grad=True)
+    spec = AttentionSpec(mask="none").key()
+    out, _ = torch.ops.te_compile.attn_fwd(q, k, v, bias, [], spec)
+    out.sum().backward()
+    assert q.grad is None and k.grad is not None and v.grad is not None and bias.grad is not None
+    assert bias.grad.shape == bias.shape

@@ -29,8 +29,8 @@ c = dataclasses.replace(base, **ch)
 if name.endswith("_noraw"):
     graphs.RAW_EXECUTE = False
 if name.endswith("_bigws"):
-    _ws = graphs._workspace
-    graphs._workspace = lambda n, d: _ws(4 * n + (256 << 20), d)
+    _ws = graphs.new_workspace
+    graphs.new_workspace = lambda n, d: _ws(4 * n + (256 << 20), d)
 be = fuzz._prepare("cuda")
 print(f"{name}: cuDNN {cudnn.backend_version()} torch-cudnn {torch.backends.cudnn.version()} {c.describe()}", flush=True)
 try:
@@ -39,5 +39,3 @@ try:
     print(f"{name}: {out[0]} {out[1][:300]}", flush=True)
 except Exception as e:
     print(f"{name}: raised {type(e).__name__}: {str(e).splitlines()[0][:300]}", flush=True)
-for key, b in list(graphs.__dict__.get("_plans", {}).items())[:0]:
-    pass

@@ -77,17 +77,17 @@ def main() -> None:
     rows.append(("kernels.attn_fwd_cuda direct", lambda: kernels.attn_fwd_cuda(qd, kd, vd, None, [], spec)))
     rows.append(("graphs.forward direct", lambda: graphs.forward(qd, kd, vd, None, s, [])))
     out, lse = graphs.forward(qd, kd, vd, None, s, [])
-    plan = next(iter(graphs._plans.values()))
-    built = plan[0]
+    plan = next(iter(graphs.plans().values()))
+    built = plan.built
     ws = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device="cuda")
-    h = graphs._handle(q.device)
+    h = graphs.handle(q.device)
     bufs = [qd, kd, vd, out, lse]
     rows.append(("graph.execute only", lambda: built.graph.execute(bufs, ws, handle=h, tensor_uids=built.uids)))
-    rows.append(("_handle (set_stream)", lambda: graphs._handle(q.device)))
+    rows.append(("handle (set_stream)", lambda: graphs.handle(q.device)))
     rows.append(("3 x torch.empty", lambda: (torch.empty(B, H, L, D, dtype=torch.bfloat16, device="cuda"),
                                              torch.empty(B, H, L, dtype=torch.float32, device="cuda"),
                                              torch.empty(1, dtype=torch.uint8, device="cuda"))))
-    rows.append(("_sig", lambda: graphs._sig("fwd", s, None, (qd, kd, vd, None))))
+    rows.append(("signature", lambda: graphs.signature("fwd", s, None, (qd, kd, vd, None))))
     rows.append(("from_key", lambda: AttentionSpec.from_key(spec)))
     blocks = [bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices]
     bs = AttentionSpec(mask="none", source="flex", mask_mod="(ge q_idx kv_idx)", block_q=128, block_kv=128, block_full=True)

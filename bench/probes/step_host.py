@@ -56,22 +56,22 @@ def parts(q, k, v, do, o, lse) -> None:
     s = AttentionSpec(mask="causal")
     key = s.key()
     raw = (q, k, v, None)
-    plan = graphs._plans[graphs._sig("fwd", s, None, raw)]
-    built = plan[0]
-    h = graphs._handle(q.device)
+    plan = graphs.plans()[graphs.signature("fwd", s, None, raw)]
+    built = plan.built
+    h = graphs.handle(q.device)
     out = torch.empty_like(o)
     lse2 = torch.empty_like(lse)
-    ws = graphs._workspace(built.workspace, q.device)
+    ws = graphs.new_workspace(built.workspace, q.device)
     rows = {
         "op attn_fwd (dispatcher + Autograd kernel)": lambda: torch.ops.te_compile.attn_fwd(q, k, v, None, [], key),
         "kernels.attn_fwd_cuda": lambda: kernels.attn_fwd_cuda(q, k, v, None, [], key),
         "AttentionSpec.from_key": lambda: AttentionSpec.from_key(key),
         "graphs.forward": lambda: graphs.forward(q, k, v, None, s),
-        "graphs._sig + _plans lookup": lambda: graphs._plans.get(graphs._sig("fwd", s, None, raw)),
-        "graphs._handle (set_stream)": lambda: graphs._handle(q.device),
+        "graphs.signature + plans lookup": lambda: graphs.plans().get(graphs.signature("fwd", s, None, raw)),
+        "graphs.handle (set_stream)": lambda: graphs.handle(q.device),
         "torch.empty_strided out": lambda: torch.empty_strided(o.shape, o.stride(), dtype=q.dtype, device=q.device),
         "torch.empty lse": lambda: torch.empty(o.shape[:3], dtype=torch.float32, device=q.device),
-        "workspace alloc": lambda: graphs._workspace(built.workspace, q.device),
+        "workspace alloc": lambda: graphs.new_workspace(built.workspace, q.device),
         "_Built.run (raw execute)": lambda: built.run([q, k, v, out, lse2], ws, h),
         "op attn_bwd": lambda: torch.ops.te_compile.attn_bwd(do, q, k, v, o, lse, None, [], key, False),
         "kernels.attn_bwd_cuda": lambda: kernels.attn_bwd_cuda(do, q, k, v, o, lse, None, [], key, False),

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import dataclasses
 import functools
 import gc
 import logging
 import threading
 import time
+import types
 from enum import IntEnum
 from typing import Any, Callable, Optional, Sequence
 
@@ -109,7 +111,7 @@ class _Built:
         raw-pointer execute serves it (the public execute always gets a tensor)."""
         if self.workspace == 0 and RAW_EXECUTE and self._raw is not None and self._raw is not _FIRST:
             return None
-        return _workspace(self.workspace, device)
+        return new_workspace(self.workspace, device)
 
 
 #: steady-state execute through the backend graph's raw-pointer entry (False: FE's public execute)
@@ -191,13 +193,34 @@ class GraphCache:
 
 cache = GraphCache(CACHE_SIZE)
 
-#: fast path: call signature (spec + shapes/strides/dtypes of the raw operands) -> what the slow
-#: path worked out (graph, output layouts, constants), for calls whose operands cuDNN takes as
-#: they are. Skips re-deriving keys, layouts and checks on every call (host time per call).
-_plans: dict = {}
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallPlan:
+    """What a repeated call needs at run time, worked out once by the slow path for one call signature
+    (``signature``): the built graph, the layouts of what the call allocates, the constant buffers. The fast
+    path of ``forward`` / ``backward`` runs it without lowering, keys or layout checks (host time per call)."""
+
+    built: "_Built"
+    consts: tuple  # the pass-by-value constant buffers, after the inputs
+    out_shape: tuple = ()  # forward: out and lse
+    out_stride: tuple = ()
+    lse_shape: tuple = ()
+    lse_stride: tuple = ()
+    grad_strides: tuple = ()  # backward: dq, dk, dv
+    need_dbias: bool = False
 
 
-def _sig(tag: str, spec: AttentionSpec, flag: Any, tensors: Sequence[Optional[Tensor]]) -> tuple:
+#: fast path: call signature (spec + shapes/strides/dtypes of the raw operands) -> its CallPlan, for calls
+#: whose operands cuDNN takes as they are
+_plans: "dict[tuple, CallPlan]" = {}
+
+
+def plans() -> "types.MappingProxyType[tuple, CallPlan]":
+    """The remembered call plans (read-only; ``cache.clear()`` empties them)."""
+    return types.MappingProxyType(_plans)
+
+
+def signature(tag: str, spec: AttentionSpec, flag: Any, tensors: Sequence[Optional[Tensor]]) -> tuple:
+    """The fast path's key: direction, spec, flag (need_dbias) and each raw operand's geometry."""
     return (tag, spec, flag) + tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device)
                                      for t in tensors)
 
@@ -213,14 +236,17 @@ def _same(a: Optional[Tensor], b: Optional[Tensor]) -> bool:
     return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
 
 
-def _remember(sig: tuple, plan: tuple) -> None:
+def _remember(sig: tuple, plan: CallPlan) -> None:
     if len(_plans) >= 4 * CACHE_SIZE:
         _plans.clear()
     _plans[sig] = plan
+
+
 _tls = threading.local()
 
 
-def _handle(device: torch.device) -> Any:
+def handle(device: torch.device) -> Any:
+    """This thread's cuDNN handle for ``device``, bound to torch's current stream."""
     handles = getattr(_tls, "handles", None)
     if handles is None:
         handles = _tls.handles = {}
@@ -233,7 +259,7 @@ def _handle(device: torch.device) -> Any:
     return h
 
 
-def _workspace(nbytes: int, device: torch.device) -> Tensor:
+def new_workspace(nbytes: int, device: torch.device) -> Tensor:
     """A workspace for one execute, from torch's caching allocator (so freed right after).
 
     Not cached across calls: under CUDA graphs (mode="reduce-overhead") a buffer kept alive from
@@ -484,12 +510,18 @@ def _fix_empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Te
         lse.masked_fill_(rows, float("-inf"))
 
 
+def _prefix_split(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor]) -> Any:
+    """The prefix-LM split of a mask_mod-only call (forward and backward take the same one), else None."""
+    if spec.mask_mod and not spec.score and bias is None:
+        return prefix.split(spec, q.shape[2], k.shape[2])
+    return None
+
+
 def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
             inputs=()) -> tuple[Tensor, Tensor]:
-    if spec.mask_mod and not spec.score and bias is None:
-        sp = prefix.split(spec, q.shape[2], k.shape[2])
-        if sp is not None:  # a prefix-LM mask: two native calls (te_compile.cudnn.prefix)
-            return prefix.forward(forward, q, k, v, sp)
+    sp = _prefix_split(spec, q, k, bias)
+    if sp is not None:  # a prefix-LM mask: two native calls (te_compile.cudnn.prefix)
+        return prefix.forward(forward, q, k, v, sp)
     out, lse = _forward(q, k, v, bias, spec, inputs)
     _fix_empty_rows(spec, q, k, bias, out, lse)
     return out, lse
@@ -498,16 +530,15 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
 def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
              inputs=()) -> tuple[Tensor, Tensor]:
     raw = (q, k, v, bias, *inputs)
-    sig = _sig("fwd", spec, None, raw)
+    sig = signature("fwd", spec, None, raw)
     plan = _plans.get(sig)
     if plan is not None and _aligned(raw):
-        built, o_shape, o_stride, consts, lse_shape, lse_stride = plan
         dev = q.device
-        h = _handle(dev)
-        out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=dev)
-        lse = torch.empty_strided(lse_shape, lse_stride, dtype=torch.float32, device=dev)
-        buffers = [q, k, v, out, lse] + ([] if bias is None else [bias]) + list(inputs) + consts
-        built.run(buffers, built.workspace_for(dev), h)
+        h = handle(dev)
+        out = torch.empty_strided(plan.out_shape, plan.out_stride, dtype=q.dtype, device=dev)
+        lse = torch.empty_strided(plan.lse_shape, plan.lse_stride, dtype=torch.float32, device=dev)
+        buffers = [q, k, v, out, lse] + ([] if bias is None else [bias]) + list(inputs) + list(plan.consts)
+        plan.built.run(buffers, plan.built.workspace_for(dev), h)
         return out, lse
     lw = lower(spec, (q.shape[2], k.shape[2]))
     if lw.unsupported:
@@ -525,7 +556,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
     metas = (_meta(q), _meta(k), _meta(v), _meta(b4))
     in_metas = tuple(_meta(t) for t in inputs)
     key = ("fwd", q.device, q.dtype, _graph_key(lw), spec.scale_for(q.shape[3]), metas, o_stride, in_metas)
-    h = _handle(q.device)
+    h = handle(q.device)
 
     def build() -> _Built:
         g = _new_graph(h, io)
@@ -536,11 +567,12 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
     consts = list(_const_buffers(lw))
     buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + inputs + consts
-    ws = _workspace(built.workspace, q.device)
+    ws = new_workspace(built.workspace, q.device)
     built.run(buffers, ws, h)
     if (q is q0 and k is k0 and v is v0 and _same(bias, b4)
             and all(a is b for a, b in zip(inputs, inputs0))):
-        _remember(sig, (built, o_shape, o_stride, consts, (B, H, L), (H * L, L, 1)))
+        _remember(sig, CallPlan(built, tuple(consts), out_shape=o_shape, out_stride=o_stride, lse_shape=(B, H, L),
+                                lse_stride=(H * L, L, 1)))
     return out, lse
 
 
@@ -569,10 +601,9 @@ def _with_dlse(dout: Tensor, v: Tensor, out: Tensor, dlse: Tensor) -> tuple[Tens
 def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
              spec: AttentionSpec, need_dbias: bool, inputs=(), dlse: Optional[Tensor] = None
              ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    if spec.mask_mod and not spec.score and bias is None:
-        sp = prefix.split(spec, q.shape[2], k.shape[2])
-        if sp is not None:  # a prefix-LM mask: two native calls (te_compile.cudnn.prefix)
-            return prefix.backward(backward, dout, q, k, v, out, lse, sp, dlse)
+    sp = _prefix_split(spec, q, k, bias)
+    if sp is not None:  # a prefix-LM mask: two native calls (te_compile.cudnn.prefix)
+        return prefix.backward(backward, dout, q, k, v, out, lse, sp, dlse)
     if spec.mask_mod or spec.score or bias is not None:
         # fully-masked rows (lse = -inf): a huge lse makes cuDNN's P = exp(s - lse) exactly 0 there, so
         # their gradients are 0 as in eager (cuDNN's own -inf handling is not reliable with score_mods)
@@ -589,19 +620,18 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
 def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
               spec: AttentionSpec, need_dbias: bool, inputs=()) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     raw = (dout, q, k, v, out, lse, bias, *inputs)
-    sig = _sig("bwd", spec, bool(need_dbias), raw)
+    sig = signature("bwd", spec, bool(need_dbias), raw)
     plan = _plans.get(sig)
     if plan is not None and _aligned(raw):
-        built, grad_strides, need_dbias, consts = plan
-        h = _handle(q.device)
+        h = handle(q.device)
         dq, dk, dv = (torch.empty_strided(t.shape, st, dtype=t.dtype, device=t.device)
-                      for t, st in zip((q, k, v), grad_strides))
+                      for t, st in zip((q, k, v), plan.grad_strides))
         buffers = [q, k, v, out, dout, lse, dq, dk, dv] + ([] if bias is None else [bias])
-        dbias = _padded_empty(tuple(bias.shape), q.dtype, q.device) if need_dbias else q.new_empty((0,))
-        if need_dbias:
+        dbias = _padded_empty(tuple(bias.shape), q.dtype, q.device) if plan.need_dbias else q.new_empty((0,))
+        if plan.need_dbias:
             buffers.append(dbias)
-        buffers += list(inputs) + consts
-        built.run(buffers, built.workspace_for(q.device), h)
+        buffers += list(inputs) + list(plan.consts)
+        plan.built.run(buffers, plan.built.workspace_for(q.device), h)
         return dq, dk, dv, dbias.contiguous()
     lw = lower(spec, (q.shape[2], k.shape[2]))
     if lw.unsupported:
@@ -620,7 +650,7 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
     in_metas = tuple(_meta(t) for t in inputs)
     key = ("bwd", q.device, q.dtype, _graph_key(lw), spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides,
            in_metas)
-    h = _handle(q.device)
+    h = handle(q.device)
 
     def build() -> _Built:
         g = _new_graph(h, io)
@@ -636,12 +666,12 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
         buffers.append(dbias4)
     consts = list(_const_buffers(lw))
     buffers += inputs + consts
-    ws = _workspace(built.workspace, q.device)
+    ws = new_workspace(built.workspace, q.device)
     built.run(buffers, ws, h)
     unchanged = all(a is b for a, b in zip((q, k, v, out, dout, lse), raw_ops[:6]))
     unchanged = unchanged and all(a is b for a, b in zip(inputs, raw_ops[6])) and _same(bias, b4)
     if unchanged and (bias is None or (bias.dtype == q.dtype and b4.shape == bias.shape)):
-        _remember(sig, (built, grad_strides, need_dbias, consts))
+        _remember(sig, CallPlan(built, tuple(consts), grad_strides=grad_strides, need_dbias=need_dbias))
     if dbias4 is None:
         return dq, dk, dv, q.new_empty((0,))
     dbias = dbias4.sum_to_size(bias.shape).reshape(bias.shape).to(bias.dtype).contiguous()
