@@ -94,13 +94,14 @@ def _time(fn, iters: int) -> float:
 def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mode: str = "default",
           control: bool = False) -> dict:
     import te_compile
+    from te_compile.reasons import category
 
     model, extra = _model(kind, impl)
     ids = torch.randint(0, 32000, (B, L), device="cuda")
     torch._dynamo.reset()
     rep = te_compile.explain(model, **_inputs(ids, extra, False))  # decisions without CUDA graphs
     s = rep.summary()
-    reasons = sorted({d.reason.split(":")[0] for d in rep.decisions if d.reason})
+    reasons = sorted({category(d.reason) for d in rep.decisions if d.reason})  # te_compile.reasons.CATEGORIES
     mode_arg = mode
     m = None if mode == "default" else mode
     fns = {"te_compile": torch.compile(model, backend="te_compile", mode=m), "torch.compile": torch.compile(model, mode=m)}

@@ -5,10 +5,13 @@ attention math, on any device) and for ``explain`` on a CPU. The cuDNN target ne
 frontend (``nvidia-cudnn-frontend``, about 600 MB with the CUDA-only libraries it pulls in), which
 comes with the ``cuda`` extra (``pip install '.[cuda]'`` from a checkout) or on its own:
 ``pip install 'nvidia-cudnn-frontend>=1.32'``. Without it, every CUDA site is kept
-(it runs through Inductor, as with plain ``torch.compile``) with the reason ``frontend_missing`` gives.
+(it runs through Inductor, as with plain ``torch.compile``) with the reason ``frontend_missing`` gives
+(category ``cudnn-unavailable``).
 """
 
 from __future__ import annotations
+
+from .reasons import CUDNN_UNAVAILABLE, Reason
 
 #: the extra that brings the cuDNN frontend (pyproject.toml's [project.optional-dependencies])
 CUDA_EXTRA = "cuda"
@@ -24,7 +27,7 @@ def _detail(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def frontend_missing(e: BaseException) -> str:
+def frontend_missing(e: BaseException) -> Reason:
     """The user-facing reason a site is kept when ``import cudnn`` (or a te_compile module built on it)
     raised ``e``.
 
@@ -34,5 +37,5 @@ def frontend_missing(e: BaseException) -> str:
     """
     missing = isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == "cudnn"
     if missing:
-        return f"cuDNN frontend not installed ({_detail(e)}): {INSTALL_HINT}"
-    return f"cuDNN frontend unavailable ({_detail(e)}): {INSTALL_HINT}"
+        return Reason(f"cuDNN frontend not installed ({_detail(e)}): {INSTALL_HINT}", CUDNN_UNAVAILABLE)
+    return Reason(f"cuDNN frontend unavailable ({_detail(e)}): {INSTALL_HINT}", CUDNN_UNAVAILABLE)

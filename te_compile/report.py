@@ -14,6 +14,7 @@ from typing import Any
 from .infix import infix
 from .passes.decision import Decision
 from .passes.find import example_value
+from .reasons import category
 
 
 @dataclasses.dataclass
@@ -75,7 +76,8 @@ def _dtype(n: Any) -> str:
 
 def site_row(d: Decision) -> dict[str, Any]:
     """One report row. ``mask`` and ``score_mod`` are readable infix (``tanh(score / 30.0) * 30.0``);
-    ``mask_sexpr`` / ``score_mod_sexpr`` are te_compile's ScoreExpr text (what the spec carries)."""
+    ``mask_sexpr`` / ``score_mod_sexpr`` are te_compile's ScoreExpr text (what the spec carries);
+    ``category`` is the reason's te_compile.reasons category (None for a site served without a reason)."""
     s = d.site
     mask = f"mask_mod {infix(d.mask_expr)}" if d.mask_expr is not None else d.mask
     return {
@@ -95,6 +97,7 @@ def site_row(d: Decision) -> dict[str, Any]:
         "runs_on": d.runs_on,
         "spec": d.spec.key() if d.spec else None,
         "reason": d.reason,
+        "category": category(d.reason) if d.reason else None,
     }
 
 

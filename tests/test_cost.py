@@ -62,7 +62,7 @@ def test_decisions_match_the_measurements(shape, spec, served):
     why = slower_reason(q, k, v, None, spec, True, False)
     assert (why is None) == served, (shape, spec.describe(), why, estimate(q, k, v, None, spec, True, False))
     if why:
-        assert why.startswith("kept for speed") and "serve='always'" in why
+        assert category(why) == SLOWER and "serve='always'" in why
 
 
 def test_learned_bias_is_served_when_long_and_kept_when_short():

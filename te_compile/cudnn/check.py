@@ -2,9 +2,10 @@
 
 Runs on the CPU while the graph is rewritten, from the graph's example values only: static
 rules first (dtype, rank, head dim), then cuDNN FE's own validator on the forward (and, when
-gradients are needed, the backward) graph description. It returns a reason string, or None
-when cuDNN should serve the call. A configuration that passes here and still finds no engine
-on the GPU falls back to the reference math at run time, with a warning.
+gradients are needed, the backward) graph description. It returns a ``Reason`` (a string with a
+category, te_compile.reasons), or None when cuDNN should serve the call. A configuration that
+passes here and still finds no engine on the GPU falls back to the reference math at run time,
+with a warning.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Optional
 import torch
 
 from ..layout import concrete as _concrete, contiguous_strides, like_layout_strides
+from ..reasons import NOT_EXACT, NOT_ON_CUDNN, Reason
 from ..spec import AttentionSpec
 from . import prefix, versions
 from .lowering import lower
@@ -25,36 +27,26 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
-          spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> Optional[str]:
+          spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> Optional[Reason]:
     """Reason cuDNN cannot serve this call, or None. Tensors may be fake."""
     lw = lower(spec)
     if lw.unsupported:
-        return lw.unsupported
+        return Reason(lw.unsupported, NOT_ON_CUDNN)
     if lw.emitted:
         why = versions.emitted_reason()
         if why:
             return why
     if spec.scale is not None and spec.scale <= 0:
-        return (f"softmax scale {spec.scale:g} <= 0: cuDNN's padded key positions turn +inf with a negative "
-                "scale (wrong results at lengths that are not a multiple of the tile)")
-    if q.dtype not in SUPPORTED_DTYPES:
-        return f"dtype {str(q.dtype).replace('torch.', '')}: cuDNN SDPA serves float16 and bfloat16 only"
-    if k.dtype != q.dtype or v.dtype != q.dtype:
-        return f"q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})"
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        dims = f"{q.dim()}-D" if q.dim() == k.dim() == v.dim() else f"q {q.dim()}-D, k {k.dim()}-D, v {v.dim()}-D"
-        return f"inputs are {dims}: cuDNN SDPA serves 4-D [B, H, S, D] q, k, v"
-    dqk, dv = q.shape[-1], v.shape[-1]
-    if isinstance(dqk, int) and isinstance(dv, int):
-        if dqk % 8 or dv % 8:
-            return f"head dim {dqk}/{dv} is not a multiple of 8 (cuDNN requirement)"
-        if dqk > MAX_HEAD_DIM or dv > MAX_HEAD_DIM:
-            return f"head dim {max(dqk, dv)} > {MAX_HEAD_DIM}: no cuDNN sm90 kernel serves forward and backward"
+        return Reason(f"softmax scale {spec.scale:g} <= 0: cuDNN's padded key positions turn +inf with a negative "
+                      "scale (wrong results at lengths that are not a multiple of the tile)", NOT_EXACT)
+    why = _static_reason(q, k, v)
+    if why:
+        return Reason(why, NOT_ON_CUDNN)
     shapes = [_concrete(t.shape) for t in (q, k, v)]
     if any(s is None for s in shapes):
         return None  # symbolic shapes: leave the rest to the run-time check
     if shapes[0][0] != shapes[1][0] or shapes[0][0] != shapes[2][0]:
-        return f"batch sizes differ (q {shapes[0][0]}, k {shapes[1][0]}, v {shapes[2][0]})"
+        return Reason(f"batch sizes differ (q {shapes[0][0]}, k {shapes[1][0]}, v {shapes[2][0]})", NOT_ON_CUDNN)
     bias_meta = None
     if bias is not None:
         bshape = _concrete(bias.shape)
@@ -69,6 +61,24 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
                      str(q.dtype), needs_grad, need_dbias)
 
 
+def _static_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Optional[str]:
+    """Why cuDNN has no kernel for these dtypes / ranks / head dims, or None."""
+    if q.dtype not in SUPPORTED_DTYPES:
+        return f"dtype {str(q.dtype).replace('torch.', '')}: cuDNN SDPA serves float16 and bfloat16 only"
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})"
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        dims = f"{q.dim()}-D" if q.dim() == k.dim() == v.dim() else f"q {q.dim()}-D, k {k.dim()}-D, v {v.dim()}-D"
+        return f"inputs are {dims}: cuDNN SDPA serves 4-D [B, H, S, D] q, k, v"
+    dqk, dv = q.shape[-1], v.shape[-1]
+    if isinstance(dqk, int) and isinstance(dv, int):
+        if dqk % 8 or dv % 8:
+            return f"head dim {dqk}/{dv} is not a multiple of 8 (cuDNN requirement)"
+        if dqk > MAX_HEAD_DIM or dv > MAX_HEAD_DIM:
+            return f"head dim {max(dqk, dv)} > {MAX_HEAD_DIM}: no cuDNN sm90 kernel serves forward and backward"
+    return None
+
+
 def _strides(shape: tuple[int, ...], t: torch.Tensor) -> tuple[int, ...]:
     st = _concrete(t.stride())
     if st is None or st[-1] != 1 or 0 in st:
@@ -78,7 +88,7 @@ def _strides(shape: tuple[int, ...], t: torch.Tensor) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=512)
 def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype: str,
-              needs_grad: bool, need_dbias: bool) -> Optional[str]:
+              needs_grad: bool, need_dbias: bool) -> Optional[Reason]:
     try:
         from . import graphs
     except Exception as e:  # noqa: BLE001 - a broken install must not crash compilation
@@ -111,5 +121,5 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
             g.validate()
     except Exception as e:  # noqa: BLE001 - any validator complaint is a reason to keep the node
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return f"cuDNN support check: {msg}"
+        return Reason(f"cuDNN support check: {msg}", NOT_ON_CUDNN)
     return None

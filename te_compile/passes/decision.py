@@ -17,6 +17,7 @@ import torch
 from torch.fx import Node
 
 from .. import ir
+from ..reasons import DEVICE, DISTRIBUTED, NOT_ON_CUDNN, UNSUPPORTED_ARGS, Reason, category
 from ..spec import AttentionSpec
 from .find import AttentionSite, example_value
 from .grad import SiteGrads
@@ -26,16 +27,18 @@ from .grad import SiteGrads
 TARGETS = ("auto", "reference")
 
 #: the cuDNN support check (te_compile.cudnn.check.check), passed in so the passes never import cuDNN:
-#: checker(q, k, v, bias_like, spec, needs_grad, need_dbias) -> reason or None
+#: checker(q, k, v, bias_like, spec, needs_grad, need_dbias) -> reason or None (a ``Reason`` keeps its
+#: category; a plain string reads as OTHER)
 Checker = Callable[..., Optional[str]]
 
 
 class Keep(Exception):
-    """The site keeps its node (Inductor runs it); ``reason`` says why, in the report."""
+    """The site keeps its node (Inductor runs it); ``reason`` says why, in the report, and carries
+    ``category`` (one of te_compile.reasons.CATEGORIES) for code that asks what kind of reason it is."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, category: str):
         super().__init__(reason)
-        self.reason = reason
+        self.reason = Reason(reason, category)
 
 
 @dataclasses.dataclass
@@ -116,7 +119,7 @@ class Decision:
 def operands(site: AttentionSite) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     q, k, v = example_value(site.q), example_value(site.k), example_value(site.v)
     if q is None or k is None or v is None:
-        raise Keep("q/k/v have no example values in the graph")
+        raise Keep("q/k/v have no example values in the graph", UNSUPPORTED_ARGS)
     plain_tensors(site)
     return q, k, v
 
@@ -145,14 +148,14 @@ def plain_tensors(site: AttentionSite) -> None:
             raise Keep(f"{name} is a {_subclass_note(ev)}: te_compile's op has no DTensor / tensor-subclass rule, "
                        f"so torch runs the call by its sharding (heads: local; sequence: context-parallel ring "
                        f"attention); pass local tensors (parallelize_module's default use_local_output=True) "
-                       f"to have it served")
+                       f"to have it served", DISTRIBUTED)
 
 
 def constant_scale(scale: Any) -> Optional[float]:
     if scale is None:
         return None  # SDPA's default, resolved from q's head dim at run time
     if not isinstance(scale, numbers.Number):
-        raise Keep("scale is not a constant")
+        raise Keep("scale is not a constant", UNSUPPORTED_ARGS)
     return float(scale)
 
 
@@ -160,23 +163,24 @@ def impl_for(target: str, q: torch.Tensor) -> str:
     """"cudnn" or "reference" for a site with inputs like ``q``; Keep for non-CUDA sites under "auto"."""
     if target == "auto" and q.device.type != "cuda":
         raise Keep(f"inputs on {q.device.type}: target 'auto' rewrites CUDA sites only "
-                   f"(target='reference' rewrites to the reference kernel)")
+                   f"(target='reference' rewrites to the reference kernel)", DEVICE)
     return "cudnn" if target == "auto" else "reference"
 
 
 def four_d(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, msg: str) -> None:
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise Keep(msg)
+        raise Keep(msg, NOT_ON_CUDNN)
 
 
 def cudnn_supports(checker: Optional[Checker], q, k, v, bias_like: Optional[torch.Tensor],
                    spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> None:
-    """The cuDNN support check (cudnn/check.py) for a site about to be served on cuDNN."""
+    """The cuDNN support check (cudnn/check.py) for a site about to be served on cuDNN; a ``Reason`` it
+    returns keeps its category (a plain string is OTHER)."""
     if spec.impl != "cudnn" or checker is None:
         return
     why = checker(q, k, v, bias_like, spec, needs_grad, need_dbias)
     if why:
-        raise Keep(why)
+        raise Keep(why, category(why))
 
 
 def copy_meta(src: Node) -> dict:

@@ -37,6 +37,8 @@ from torch.fx import GraphModule, Node
 
 from .. import ir
 from ..inserted import bh_input, materialize_bias, materialize_mask
+from ..reasons import (BLOCK_MASK, NEEDS_GRAD, NOT_EXACT, NOT_ON_CUDNN, SPARSE_MASK, TOO_LARGE, UNSUPPORTED_ARGS,
+                       category)
 from ..spec import AttentionSpec
 from .decision import Checker, Decision, FlexPlan, Keep, copy_meta, cudnn_supports, impl_for, operands
 from .find import AttentionSite, example_value
@@ -86,14 +88,14 @@ def translate_mods(site: AttentionSite, q: torch.Tensor, d: Decision) -> _Mods:
     score_vals = [example_value(b) for b in sb]
     mask_vals = [example_value(b) for b in mb]
     if any(x is None for x in score_vals + mask_vals):
-        raise Keep("a score_mod/mask_mod captures a value that is not a tensor")
+        raise Keep("a score_mod/mask_mod captures a value that is not a tensor", UNSUPPORTED_ARGS)
     score = translate(site.score_mod, "score", q.dtype, score_vals)
     mask = translate(site.mask_mod, "mask", q.dtype, mask_vals, buf_offset=len(sb))
     d.mask = f"mask_mod {mask}"
-    if isinstance(score, str):
-        raise Keep(score)
+    if isinstance(score, str):  # translate's Reason: its category
+        raise Keep(score, category(score))
     if isinstance(mask, str):
-        raise Keep(mask)
+        raise Keep(mask, category(mask))
     out = example_value(site.node)
     grad_on = out is None or bool(getattr(out, "requires_grad", False)) or d.grads.any
     learned = {i for i, val in enumerate(score_vals + mask_vals) if val.requires_grad and grad_on}
@@ -128,10 +130,10 @@ def _gathering_mask(mods: _Mods, q, k) -> tuple[ir.Expr, Optional[ir.Expr], str]
         # a mask_mod that gathers at q/kv-dependent indices (document ids): it becomes a 0/-inf
         # bias computed by torch in the graph, with the BlockMask's semantics (materialize_mask)
         if ir.buffers_used(mods.mask) & mods.learned:
-            raise Keep("the mask_mod gathers from a captured tensor that requires grad") from None
+            raise Keep("the mask_mod gathers from a captured tensor that requires grad", NEEDS_GRAD) from None
         why = _bias_too_big(q, k, mods.mask, "mask_mod (it gathers from captured tensors)")
         if why:
-            raise Keep(why) from None
+            raise Keep(why, TOO_LARGE) from None
         return ir.Expr.const(True), mods.mask, str(e)
     return mods.mask, None, ""
 
@@ -166,12 +168,14 @@ def split_terms(mods: _Mods, score: ir.Expr, q, k) -> _Terms:
 
     f, g = ir.split_additive(score, pointwise)
     if f is None or g is None or ir.buffers_used(f) & mods.learned:
+        # a learned table outside an additive term: its gradient is what te_compile cannot compute
         raise Keep(f"score_mod/mask_mod {why}, and the score_mod is not score-independent-additive "
-                   "(f(score) + g(indices, tables)), so it cannot become a bias")
+                   "(f(score) + g(indices, tables)), so it cannot become a bias",
+                   NEEDS_GRAD if mods.learned & ir.buffers_used(score) else NOT_ON_CUDNN)
     try:
         (score_x, mask_x), inputs = ir.extract_bh_terms(f, mask, strict=True)
     except ir.NotPointwise as e2:
-        raise Keep(f"score_mod/mask_mod {e2}") from None
+        raise Keep(f"score_mod/mask_mod {e2}", NOT_ON_CUDNN) from None
     return _Terms(score_x, mask_x, inputs, g, mask_gather, mask_why)
 
 
@@ -184,12 +188,12 @@ def check_bias_term(mods: _Mods, t: _Terms, d: Decision, q, k) -> bool:
             b = mods.buffers[i]
             name = b.name if isinstance(b, Node) else "?"
             raise Keep(f"captured tensor {name} requires grad: te_compile computes gradients for captured "
-                       "tensors only in an additive score_mod term")
+                       "tensors only in an additive score_mod term", NEEDS_GRAD)
     need_dbias = t.bias_term is not None and bool(mods.learned & ir.buffers_used(t.bias_term))
     if t.bias_term is not None:
         why = _bias_too_big(q, k, t.bias_term)
         if why:
-            raise Keep(why)
+            raise Keep(why, TOO_LARGE)
     if t.bias_term is not None or t.mask_gather is not None:
         d.grads = dataclasses.replace(d.grads, bias=need_dbias)
     return need_dbias
@@ -197,12 +201,13 @@ def check_bias_term(mods: _Mods, t: _Terms, d: Decision, q, k) -> bool:
 
 def check_call(site: AttentionSite, t: _Terms, scale: Any, q, k, v) -> None:
     if ir.kind_of(t.mask) != "bool":
-        raise Keep(f"mask_mod returns a {ir.kind_of(t.mask)}, not a bool")
+        raise Keep(f"mask_mod returns a {ir.kind_of(t.mask)}, not a bool", UNSUPPORTED_ARGS)
     for user in site.node.users:
         if user.target is not operator.getitem or user.args[1] not in (0, 1):
-            raise Keep("the max_scores output (or the raw HOP result) is used; te_compile returns out and lse")
+            raise Keep("the max_scores output (or the raw HOP result) is used; te_compile returns out and lse",
+                       UNSUPPORTED_ARGS)
     if not isinstance(scale, numbers.Number):
-        raise Keep("scale is not a constant")
+        raise Keep("scale is not a constant", UNSUPPORTED_ARGS)
 
 
 @dataclasses.dataclass
@@ -220,7 +225,7 @@ def check_block_mask(site: AttentionSite, t: _Terms, q, k) -> _Blocks:
     bm = site.flex.block_mask
     qb, kb = bm.q_block, bm.kv_block
     if not (isinstance(qb, int) and isinstance(kb, int)):
-        raise Keep("BlockMask block sizes are not constants")
+        raise Keep("BlockMask block sizes are not constants", BLOCK_MASK)
     empty = qb == _EMPTY_BLOCK and kb == _EMPTY_BLOCK
     kvn, kvi, fkn, fki = bm.kv_num_blocks, bm.kv_indices, bm.full_kv_num_blocks, bm.full_kv_indices
     if t.mask_gather is not None:
@@ -232,18 +237,19 @@ def check_block_mask(site: AttentionSite, t: _Terms, q, k) -> _Blocks:
             raise Keep(f"the mask_mod is not pointwise on cuDNN (document-style mask: it {t.mask_why}): "
                        f"te_compile would run it as a dense -inf bias and compute every block, Inductor's flex "
                        f"skips the masked blocks (attended: {seen}; te_compile serves it from "
-                       f"{100 * MIN_GATHER_MASK_DENSITY:.0f}%, te_compile.passes.flex.MIN_GATHER_MASK_DENSITY)")
+                       f"{100 * MIN_GATHER_MASK_DENSITY:.0f}%, te_compile.passes.flex.MIN_GATHER_MASK_DENSITY)",
+                       SPARSE_MASK)
         return _Blocks(mask_block=mask_block)
     if empty:
         return _Blocks()
     if kvn is None or kvi is None:
-        raise Keep("the BlockMask has no kv block lists")
+        raise Keep("the BlockMask has no kv block lists", BLOCK_MASK)
     has_full = fkn is not None and fki is not None
     blocks = _Blocks(qb, kb, has_full, [kvn, kvi] + ([fkn, fki] if has_full else []))
     why = _compile_time_block_check(t.mask, t.inputs, q, k, blocks)
     if why:
         raise Keep(f"the BlockMask was not built by create_block_mask from its mask_mod ({why}); "
-                   "compiled flex honours its block structure")
+                   "compiled flex honours its block structure", BLOCK_MASK)
     return blocks
 
 
@@ -253,7 +259,7 @@ def check_dbias(impl: str, t: _Terms, need_dbias: bool) -> None:
         # additive table (differential fuzzer: softcap / rsqrt score_mods with a learned
         # rel-pos table gave dTable 0.9-1.0 off), or no backward engine is found at all
         raise Keep("a learned additive table (dBias) together with a score_mod whose derivative is not 1: "
-                   "cuDNN's dBias is not flex's table gradient there")
+                   "cuDNN's dBias is not flex's table gradient there", NOT_EXACT)
 
 
 def build_spec(impl: str, scale: float, t: _Terms, blocks: _Blocks) -> AttentionSpec:
@@ -285,7 +291,7 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
     check_call(site, t, scale, q, k, v)
     impl = impl_for(target, q)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise Keep("flex inputs must be 4-D")
+        raise Keep("flex inputs must be 4-D", NOT_ON_CUDNN)
     blocks = check_block_mask(site, t, q, k)
     check_dbias(impl, t, need_dbias)
     spec = build_spec(impl, scale, t, blocks)

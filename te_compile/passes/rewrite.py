@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 from torch.fx import GraphModule, Node
 
+from ..reasons import INTERNAL_ERROR, UNSUPPORTED_ARGS, Reason
 from . import flex, sdpa
 from .decision import TARGETS, Checker, Decision, Keep
 from .find import AttentionSite, find_sites
@@ -33,13 +34,14 @@ def decide(site: AttentionSite, target: str = "auto", checker: Optional[Checker]
         raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
     d = Decision(site=site, mask="mask_mod" if site.kind == "flex" else sdpa.describe_mask(site))
     if site.problem:
-        return d.keep(site.problem)
+        return d.keep(Reason(site.problem, UNSUPPORTED_ARGS))
     try:
         return SITE_KINDS[site.kind][0](site, target, checker, d)
     except Keep as k:
         return d.keep(k.reason)
     except Exception as e:  # noqa: BLE001 - a te_compile bug must never break the user's model
-        return d.keep(f"te_compile internal error while deciding ({type(e).__name__}: {e}); please report it")
+        return d.keep(Reason(f"te_compile internal error while deciding ({type(e).__name__}: {e}); please report it",
+                             INTERNAL_ERROR))
 
 
 def apply(gm: GraphModule, d: Decision) -> None:

@@ -16,6 +16,7 @@ from torch.fx import GraphModule, Node
 
 from ..ir import Expr
 from ..opdefs import OPS, OpDef
+from ..reasons import NOT_ON_CUDNN, UNSUPPORTED_ARGS, Reason
 
 aten = torch.ops.aten
 
@@ -240,12 +241,13 @@ def _index(base: Expr, idx: list[Expr]) -> Expr:
 
 def translate(sub: GraphModule, kind: str, score_dtype: torch.dtype,
               buffers: Sequence[torch.Tensor] = (), buf_offset: int = 0) -> Union[Expr, str]:
-    """The ScoreExpr of a score_mod/mask_mod subgraph, or the reason it cannot be translated."""
+    """The ScoreExpr of a score_mod/mask_mod subgraph, or the reason (a ``Reason``) it cannot be translated."""
     try:
         gm = trace_canonical(sub, kind, score_dtype, buffers)
     except Exception as e:  # noqa: BLE001 - data-dependent control flow etc.: keep the node
-        return f"could not trace the {kind}_mod to aten ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        return Reason(f"could not trace the {kind}_mod to aten ({type(e).__name__}: {str(e).splitlines()[0][:120]})",
+                      UNSUPPORTED_ARGS)
     try:
         return to_expr(gm, kind, buf_offset)
     except Untranslatable as e:
-        return f"{kind}_mod: {e}"
+        return Reason(f"{kind}_mod: {e}", NOT_ON_CUDNN)

@@ -20,6 +20,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..inserted import mask_to_bias
+from ..reasons import NOT_EXACT, UNSUPPORTED_ARGS
 from ..spec import AttentionSpec
 from .decision import (Checker, Decision, Keep, constant_scale, copy_meta, cudnn_supports, four_d, impl_for,
                        operands)
@@ -47,14 +48,15 @@ def describe_mask(site: AttentionSite) -> str:
 
 def _check_flags(site: AttentionSite) -> None:
     if not isinstance(site.dropout_p, numbers.Number):
-        raise Keep("dropout_p is not a constant")
+        raise Keep("dropout_p is not a constant", UNSUPPORTED_ARGS)
     if site.dropout_p > 0:
-        raise Keep(f"dropout_p={site.dropout_p:g} > 0: cuDNN's dropout RNG cannot reproduce torch's")
+        raise Keep(f"dropout_p={site.dropout_p:g} > 0: cuDNN's dropout RNG cannot reproduce torch's",
+                   UNSUPPORTED_ARGS)
     if not isinstance(site.is_causal, bool):
-        raise Keep("is_causal is not a constant")
+        raise Keep("is_causal is not a constant", UNSUPPORTED_ARGS)
     if site.attn_mask is not None and site.is_causal:
         raise Keep("attn_mask together with is_causal=True: eager behaviour differs by backend "
-                   "(error on math, AND on CPU flash); fold the causal mask into attn_mask")
+                   "(error on math, AND on CPU flash); fold the causal mask into attn_mask", NOT_EXACT)
 
 
 def _mask_conversion(site: AttentionSite, q, k) -> tuple[Optional[torch.Tensor], Optional[str]]:
@@ -63,22 +65,22 @@ def _mask_conversion(site: AttentionSite, q, k) -> tuple[Optional[torch.Tensor],
         return None, None
     mask = example_value(site.attn_mask)
     if mask is None:
-        raise Keep("attn_mask has no example value")
+        raise Keep("attn_mask has no example value", UNSUPPORTED_ARGS)
     if mask.dtype == torch.bool:
         conversion: Optional[str] = "bool->bias"
     elif mask.dtype.is_floating_point:
         conversion = "cast" if mask.dtype != q.dtype else None
     else:
-        raise Keep(f"attn_mask dtype {_dtype(mask)}: SDPA takes bool or float masks")
+        raise Keep(f"attn_mask dtype {_dtype(mask)}: SDPA takes bool or float masks", UNSUPPORTED_ARGS)
     full = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     if mask.dim() > 4:
-        raise Keep(f"attn_mask is {mask.dim()}-D")
+        raise Keep(f"attn_mask is {mask.dim()}-D", UNSUPPORTED_ARGS)
     try:
         fits = tuple(torch.broadcast_shapes(mask.shape, full)) == tuple(full)
     except RuntimeError:
         fits = False
     if not fits:
-        raise Keep(f"attn_mask {_fmt_shape(mask)} does not broadcast to {list(full)}")
+        raise Keep(f"attn_mask {_fmt_shape(mask)} does not broadcast to {list(full)}", UNSUPPORTED_ARGS)
     return mask, conversion
 
 
@@ -94,7 +96,7 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
             f"q {q.dim()}-D, k {k.dim()}-D, v {v.dim()}-D")
     four_d(q, k, v, f"inputs are {dims}: te_compile serves 4-D [B, H, S, D] attention")
     if q.shape[1] != k.shape[1] and not site.enable_gqa:
-        raise Keep("query and key head counts differ without enable_gqa")
+        raise Keep("query and key head counts differ without enable_gqa", UNSUPPORTED_ARGS)
     mask, d.bias_conversion = _mask_conversion(site, q, k)
     spec = AttentionSpec(scale=scale, mask="causal" if site.is_causal else "none", impl=impl, source="sdpa")
     bias_like = None if mask is None else torch.empty_strided(mask.shape, mask.stride(), dtype=q.dtype,

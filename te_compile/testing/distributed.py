@@ -58,6 +58,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import te_compile
+from te_compile.reasons import category
 from te_compile.report import Report, record_reports
 
 MODES = ("ddp", "fsdp2", "tp", "dtensor", "cp")
@@ -508,7 +509,7 @@ def bench_case(args: argparse.Namespace, case: Case, mode: str, backend: Any, dt
             row[f"{label}_graphs"] = counters["stats"]["unique_graphs"] - frames0
             if label == "te_compile":
                 row["te_compile_runs_on"] = sorted({d.runs_on for r in reps for d in r.decisions})
-                row["te_compile_reasons"] = sorted({d.reason.split(":")[0] for r in reps for d in r.decisions
+                row["te_compile_reasons"] = sorted({category(d.reason) for r in reps for d in r.decisions
                                                     if d.reason})
         except Exception as e:  # noqa: BLE001
             row[f"{label}_error"] = f"{type(e).__name__}: {str(e)[:300]}"
