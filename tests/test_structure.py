@@ -121,6 +121,30 @@ def test_no_private_imports_between_modules():
     assert not private, private
 
 
+def _private_attribute_uses(path: pathlib.Path):
+    """``module._name`` where ``module`` is a te_compile module that ``path`` imported as a name
+    (``from te_compile.cudnn import graphs`` / ``from . import graphs`` / ``import te_compile.x as m``)."""
+    tree = ast.parse(path.read_text())
+    modules = set()
+    for mod, name in _from_imports(path):
+        where = PKG.parent.joinpath(*mod.split("."), name)
+        if where.with_suffix(".py").exists() or (where / "__init__.py").exists():
+            modules.add(name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update(a.asname for a in node.names if a.name.startswith("te_compile") and a.asname)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            yield f"{path.relative_to(PKG.parent)}:{node.lineno} {node.value.id}.{node.attr}"
+
+
+def test_no_private_attributes_of_other_modules():
+    """Nor does a module reach into another's ``_name`` through the module object (``graphs._new_graph``)."""
+    bad = [u for p in sorted(PKG.rglob("*.py")) for u in _private_attribute_uses(p)]
+    assert not bad, bad
+
+
 #: measurements belong in docs/cudnn-notes.md and docs/benchmarks.md; comments keep the why. cost.py's
 #: comments document its calibration constants (they are the model's data), benchmark.py prints timings
 _TIMING = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us)\b|\bH[12]00\b")

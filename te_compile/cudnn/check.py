@@ -94,7 +94,7 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
     except Exception as e:  # noqa: BLE001 - a broken install must not crash compilation
         from ..install import frontend_missing
         return frontend_missing(e)
-    io = graphs._IO_TYPES[getattr(torch, dtype.replace("torch.", ""))]
+    io = graphs.IO_TYPES[getattr(torch, dtype.replace("torch.", ""))]
     q, k, v = qkv
     B, H, L, _ = q[0]
     sp = prefix.split(spec, L, k[0][2]) if bias_meta is None else None
@@ -110,12 +110,12 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
     o_meta = (o_shape, like_layout_strides(o_shape, torch.empty_strided(q[0], q[1], device="meta")))
     inputs = tuple(((B, H, 1, 1), (H, 1, 1, 1)) for _ in range(spec.n_inputs))
     try:
-        g = graphs._new_graph(None, io)
+        g = graphs.new_graph(None, io)
         lw = lower(spec, (L, k[0][2]))
         graphs.define_forward(g, io, lw, q, k, v, bias_meta, o_meta[1], inputs)
         g.validate()
         if needs_grad:
-            g = graphs._new_graph(None, io)
+            g = graphs.new_graph(None, io)
             graphs.define_backward(g, io, lw, q, k, v, o_meta, o_meta, bias_meta, need_dbias,
                                    (q[1], k[1], v[1]), inputs)
             g.validate()

@@ -41,7 +41,7 @@ from .lowering import Lowering, lower
 
 log = logging.getLogger("te_compile")
 
-_IO_TYPES = {torch.float16: cudnn.data_type.HALF, torch.bfloat16: cudnn.data_type.BFLOAT16}
+IO_TYPES = {torch.float16: cudnn.data_type.HALF, torch.bfloat16: cudnn.data_type.BFLOAT16}
 _F32 = cudnn.data_type.FLOAT
 
 #: bound of the LRU of built graphs (te_compile.cudnn.graphs.cache.maxsize changes it at run time)
@@ -276,12 +276,12 @@ def _operand(t: Tensor) -> Tensor:
 
 
 def _io_type(q: Tensor, *others: Optional[Tensor]) -> Any:
-    if q.dtype not in _IO_TYPES:
+    if q.dtype not in IO_TYPES:
         raise Unsupported(f"dtype {q.dtype} (cuDNN SDPA serves float16 and bfloat16)")
     for t in others:
         if t is not None and t.dtype != q.dtype:
             raise Unsupported(f"mixed dtypes {q.dtype} and {t.dtype}")
-    return _IO_TYPES[q.dtype]
+    return IO_TYPES[q.dtype]
 
 
 def _bias4d(bias: Tensor, B: int, H: int, L: int, S: int) -> Tensor:
@@ -360,7 +360,7 @@ def _const_buffers(lw: Lowering) -> tuple[Tensor, ...]:
     return tuple(torch.full((1, 1, 1, 1), v, dtype=torch.float32) for v in lw.constants)
 
 
-def _new_graph(handle: Any, io: Any) -> Any:
+def new_graph(handle: Any, io: Any) -> Any:
     return cudnn.pygraph(handle=handle, io_data_type=io, intermediate_data_type=_F32, compute_data_type=_F32)
 
 
@@ -559,7 +559,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
     h = handle(q.device)
 
     def build() -> _Built:
-        g = _new_graph(h, io)
+        g = new_graph(h, io)
         return _finish(g, define_forward(g, io, lw, *metas, o_stride, in_metas))
 
     built = cache.get(key, build)
@@ -653,7 +653,7 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
     h = handle(q.device)
 
     def build() -> _Built:
-        g = _new_graph(h, io)
+        g = new_graph(h, io)
         return _finish(g, define_backward(g, io, lw, *metas, need_dbias, grad_strides, in_metas))
 
     built = cache.get(key, build)
