@@ -1,6 +1,10 @@
-"""ALiBi + causal as cuDNN's native causal band plus a small bias (GPU, raw cuDNN FE graphs).
+"""ALiBi + causal as cuDNN's native causal band plus a small bias, or as cuDNN's native ALiBi (GPU, raw FE graphs).
 
-    python3 bench/probes/probe_alibi_bias.py [--shape 2,16,4096,128]
+    python3 bench/probes/probe_alibi_bias.py [--shape 2,16,4096,128]   (H not a power of two: --shape 2,12,4096,128)
+
+Native ALiBi: ``use_alibi_mask=True`` with the causal band; cuDNN makes its own slopes (``cudnn_slopes``, the
+frontend's ``get_alibi_slope``). Is it exact forward and backward against eager float32 ALiBi with those slopes,
+and does it skip the masked tiles (time near "causal, no bias")?
 
 ALiBi's term slope[h] * (kv - q) splits into slope[h] * kv (a [1, H, 1, S] bias) and -slope[h] * q,
 which is constant along each softmax row and drops out of the softmax (only the lse moves, by
@@ -50,10 +54,22 @@ def _timed(fn, iters=30):
     return a.elapsed_time(b) / iters
 
 
-def run(q, k, v, do, bias, scale, handle):
-    """(fwd ms, bwd ms, out, lse, dq, dk, dv) of cuDNN SDPA with top-left causal and ``bias`` (or None)."""
+def cudnn_slopes(H: int) -> torch.Tensor:
+    """ALiBi slopes as cuDNN makes them: 2^(-8(h+1)/n) for the first n heads (n the largest power of two <= H),
+    then the odd-indexed slopes of 2n heads, 2^(-4(2j+1)/n), for the rest (the ALiBi paper's recipe)."""
+    n = 1 << (H.bit_length() - 1)
+    first = [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+    rest = [2.0 ** (-4.0 * (2 * j + 1) / n) for j in range(H - n)]
+    return torch.tensor(first + rest, dtype=torch.float32)
+
+
+def run(q, k, v, do, bias, scale, handle, alibi=False):
+    """(fwd ms, bwd ms, out, lse, dq, dk, dv) of cuDNN SDPA with top-left causal and ``bias`` (or None);
+    ``alibi``: cuDNN's native ALiBi on top."""
     B, H, L, D = q.shape
     kw = dict(attn_scale=scale, diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
+    if alibi:
+        kw["use_alibi_mask"] = True
     g = _graph(handle)
     qt, kt, vt = _t(g, "q", q), _t(g, "k", k), _t(g, "v", v)
     bt = None if bias is None else _t(g, "bias", bias)
@@ -94,7 +110,7 @@ def main() -> None:
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v, do = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
     scale = 1 / math.sqrt(D)
-    slopes = torch.exp2(-(torch.arange(H, device="cuda") + 1) * 8.0 / H).float()
+    slopes = cudnn_slopes(H).cuda()
     idx = torch.arange(L, device="cuda", dtype=torch.float32)
     # eager float32 reference: ALiBi + causal
     qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
@@ -112,12 +128,17 @@ def main() -> None:
     cases = {"causal, no bias (speed reference)": None,
              "bias [1,H,1,S] float32": kv_term,
              "bias [1,H,1,S] bf16": kv_term.bfloat16(),
-             "bias [1,H,L,S] bf16 (full ALiBi)": full.bfloat16().contiguous()}
+             "bias [1,H,L,S] bf16 (full ALiBi)": full.bfloat16().contiguous(),
+             "native ALiBi (use_alibi_mask)": "alibi"}
     q_shift = (slopes.view(1, H, 1, 1) * idx.view(1, 1, L, 1))  # lse_true = lse - slope * q for the kv-only bias
     print(f"{torch.cuda.get_device_name()}  cudnn {cudnn.backend_version()}  shape {a.shape}")
     for name, bias in cases.items():
         try:
-            fwd, bwd, out, lse, *gr = run(q, k, v, do, bias, scale, handle)
+            if isinstance(bias, str):
+                fwd, bwd, out, lse, *gr = run(q, k, v, do, None, scale, handle, alibi=True)
+                bias = None
+            else:
+                fwd, bwd, out, lse, *gr = run(q, k, v, do, bias, scale, handle)
         except Exception as e:  # noqa: BLE001
             print(f"{name:36s} not supported: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
             continue
