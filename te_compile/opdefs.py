@@ -192,9 +192,27 @@ def _zero(x: Expr, d, wrt: str) -> Expr:
     return _c(0.0)  # piecewise constant
 
 
+def _times(g: Expr, f: Expr, g_first: bool = False) -> Expr:
+    """The chain rule's ``f * g`` for an inner derivative ``g``, taken inside g's selects:
+    ``where(c, f * a, f * b)``, and a zero branch stays 0. Eager's backward of a select-type op (where,
+    clamp, maximum / minimum) masks the gradient that reaches it, so where the select picks a constant
+    branch the gradient is exactly 0 even when an outer factor is not finite there (``sqrt'(0)``,
+    ``1 / 0`` after a clamp): ``f * where(c, a, 0)`` would be ``inf * 0 = nan``."""
+    if g.op == "where":
+        return Expr("where", (g.args[0], _times(g.args[1], f, g_first), _times(g.args[2], f, g_first)))
+    return mul(g, f) if g_first else mul(f, g)
+
+
+def _over(g: Expr, f: Expr) -> Expr:
+    """``g / f`` for an inner derivative ``g``, inside g's selects (``_times``)."""
+    if g.op == "where":
+        return Expr("where", (g.args[0], _over(g.args[1], f), _over(g.args[2], f)))
+    return div(g, f)
+
+
 def _d_div(x: Expr, d, wrt: str) -> Expr:
     a = x.args  # (u/v)' = u'/v - u v' / v^2
-    return sub(div(d(a[0]), a[1]), div(mul(a[0], d(a[1])), mul(a[1], a[1])))
+    return sub(_over(d(a[0]), a[1]), _over(_times(d(a[1]), a[0]), mul(a[1], a[1])))
 
 
 def _d_pow(x: Expr, d, wrt: str) -> Expr:
@@ -202,12 +220,15 @@ def _d_pow(x: Expr, d, wrt: str) -> Expr:
     if wrt in a[1].leaves():
         raise NotDifferentiable("pow with a score-dependent exponent")
     n = a[1]
-    return mul(mul(n, Expr("pow", (a[0], sub(n, _c(1.0))))), d(a[0]))
+    return _times(d(a[0]), mul(n, Expr("pow", (a[0], sub(n, _c(1.0))))))
 
 
 def _d_abs(x: Expr, d, wrt: str) -> Expr:
-    sign = Expr("where", (Expr("lt", (x.args[0], _c(0.0))), _c(-1.0), _c(1.0)))
-    return mul(sign, d(x.args[0]))
+    # eager's abs backward is grad * sgn(x): 0 at x == 0 (a zero score: zero-padded keys or queries)
+    x0 = x.args[0]
+    sgn = Expr("where", (Expr("lt", (x0, _c(0.0))), _c(-1.0),
+                         Expr("where", (Expr("gt", (x0, _c(0.0))), _c(1.0), _c(0.0)))))
+    return _times(d(x0), sgn)
 
 
 def _d_minmax(cmp: str):
@@ -245,20 +266,20 @@ _ROWS = (
     _unary("neg", torch.neg, lambda x, d, w: neg(d(x.args[0])), lambda e, a: NEG[a[0]], result="promote",
            int_ok=True, infix=Infix("minus", "-", UNARY)),
     _unary("abs", torch.abs, _d_abs, lambda e, a: "fin" if a[0] == "fin" else "+inf", result="promote", int_ok=True),
-    _unary("exp", torch.exp, lambda x, d, w: mul(x, d(x.args[0])), _inf_exp),
+    _unary("exp", torch.exp, lambda x, d, w: _times(d(x.args[0]), x), _inf_exp),
     # exact in the reference (exp(x ln 2) is not: remainder(exp2(4), 1) differs); cuDNN has no exp2
-    _unary("exp2", torch.exp2, lambda x, d, w: mul(mul(x, _c(LN2)), d(x.args[0])), _inf_exp,
+    _unary("exp2", torch.exp2, lambda x, d, w: _times(d(x.args[0]), mul(x, _c(LN2))), _inf_exp,
            cudnn=Cudnn("scaled_unary", "exp", scale=LN2)),
-    _unary("log", torch.log, lambda x, d, w: div(d(x.args[0]), x.args[0])),
-    _unary("log2", torch.log2, lambda x, d, w: div(d(x.args[0]), mul(x.args[0], _c(LN2))),
+    _unary("log", torch.log, lambda x, d, w: _over(d(x.args[0]), x.args[0])),
+    _unary("log2", torch.log2, lambda x, d, w: _over(d(x.args[0]), mul(x.args[0], _c(LN2))),
            cudnn=NotOnCudnn("no cuDNN op for 'log2' (the frontend's pointwise ops have log, not log2)")),
-    _unary("tanh", torch.tanh, lambda x, d, w: mul(sub(_c(1.0), mul(x, x)), d(x.args[0])), _fin),
-    _unary("sigmoid", torch.sigmoid, lambda x, d, w: mul(mul(x, sub(_c(1.0), x)), d(x.args[0])), _fin),
-    _unary("sin", torch.sin, lambda x, d, w: mul(Expr("cos", (x.args[0],)), d(x.args[0]))),
-    _unary("cos", torch.cos, lambda x, d, w: mul(neg(Expr("sin", (x.args[0],))), d(x.args[0]))),
-    _unary("tan", torch.tan, lambda x, d, w: mul(add(_c(1.0), mul(x, x)), d(x.args[0]))),
-    _unary("sqrt", torch.sqrt, lambda x, d, w: div(d(x.args[0]), mul(_c(2.0), x))),
-    _unary("rsqrt", torch.rsqrt, lambda x, d, w: mul(mul(_c(-0.5), div(x, x.args[0])), d(x.args[0]))),
+    _unary("tanh", torch.tanh, lambda x, d, w: _times(d(x.args[0]), sub(_c(1.0), mul(x, x))), _fin),
+    _unary("sigmoid", torch.sigmoid, lambda x, d, w: _times(d(x.args[0]), mul(x, sub(_c(1.0), x))), _fin),
+    _unary("sin", torch.sin, lambda x, d, w: _times(d(x.args[0]), Expr("cos", (x.args[0],)))),
+    _unary("cos", torch.cos, lambda x, d, w: _times(d(x.args[0]), neg(Expr("sin", (x.args[0],))))),
+    _unary("tan", torch.tan, lambda x, d, w: _times(d(x.args[0]), add(_c(1.0), mul(x, x)))),
+    _unary("sqrt", torch.sqrt, lambda x, d, w: _over(d(x.args[0]), mul(_c(2.0), x))),
+    _unary("rsqrt", torch.rsqrt, lambda x, d, w: _times(d(x.args[0]), mul(_c(-0.5), div(x, x.args[0])))),
     OpDef("add", "binary", 2, torch.add, "promote_bool", Infix("operator", "+", ADD),
           Cudnn("arith", "add", int_ok=True, score_first=True, over_const_where=True),
           aten=("add.Tensor", "add.Scalar"), deriv=lambda x, d, w: add(d(x.args[0]), d(x.args[1])),
@@ -270,7 +291,7 @@ _ROWS = (
     OpDef("mul", "binary", 2, torch.mul, "promote_bool", Infix("operator", "*", MUL),
           Cudnn("arith", "mul", int_ok=True, score_first=True, over_const_where=True),
           aten=("mul.Tensor", "mul.Scalar"),
-          deriv=lambda x, d, w: add(mul(d(x.args[0]), x.args[1]), mul(x.args[0], d(x.args[1]))), at_neg_inf=_inf_mul),
+          deriv=lambda x, d, w: add(_times(d(x.args[0]), x.args[1], g_first=True), _times(d(x.args[1]), x.args[0])), at_neg_inf=_inf_mul),
     OpDef("div", "binary", 2, torch.true_divide, "float", Infix("operator", "/", MUL), Cudnn("arith", "div"),
           aten=("div.Tensor", "div.Scalar"), deriv=_d_div, at_neg_inf=_inf_div),
     # integer powers up to lowering.MAX_INT_POW are emitted as products (the "power" style)

@@ -85,6 +85,12 @@ def cases(cuda: bool) -> dict[str, Case]:
         # ran such graphs into an illegal memory access (fixed by an identity op on the second operand)
         "score_times_score": Case(**{**base, "H": 4, "HKV": 4, "L": 512 if cuda else 16, "S": 512 if cuda else 16,
                                      "D": 32, "DV": 32}, score=_score("score * score")),
+        # 14. a singular function after a select (clamp, where, min / max): eager's backward of the select masks the
+        # gradient, so it is exactly 0 where the select picks a constant; the derived f' * where(c, 1, 0) gave
+        # inf * 0 = nan there (dQ / dK inf; CPU fuzzer, seed 90210)
+        "sqrt_after_clamp": Case(**base, score=_score("torch.sqrt(torch.clamp(score, min=0.0))")),
+        "pow_half_after_remainder_of_clamp": Case(**base, score=_score(
+            "torch.abs(torch.remainder(torch.clamp(score * 0.5, min=-1.0, max=1.0), 1.0)) ** 0.5")),
     }
     if not cuda:  # exact on the reference target only: a step of exp2 at an integer (bf16 moves it on cuDNN)
         # exp2 translated as exp(x ln 2) put remainder(exp2(4), 1) at 0.99999 instead of 0

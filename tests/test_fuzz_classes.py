@@ -33,7 +33,7 @@ def test_served_classes_stay_served(backend):
     """The forms that are exact on the reference target are served there (not kept to pass)."""
     served = {"lse_in_the_loss", "step_not_folded", "remainder_not_folded", "bool_plus_bool", "score_minus_bool",
               "sigmoid", "chained_index", "kv_batch_1", "sdpa_chain", "flex_chain", "autocast_sdpa", "learned_table",
-              "alibi_plus_table", "lengths_per_batch"}
+              "alibi_plus_table", "lengths_per_batch", "sqrt_after_clamp", "pow_half_after_remainder_of_clamp"}
     for name in sorted(served):
         outcome, detail, _ = fuzz.compare(CASES[name], "cpu", backend)
         assert outcome == "pass", f"{name}: {outcome} {detail}"
@@ -112,3 +112,17 @@ def test_half_rewritten_graph_is_restored(monkeypatch):
     got = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))(q, k, v)
     torch.testing.assert_close(got, fn(q, k, v))
     assert len(calls) == 2
+
+
+def test_a_select_masks_a_singular_outer_derivative():
+    """d/ds sqrt(max(s, 0)) is 0 for s < 0 (eager: maximum's backward masks sqrt'(0) = inf), not inf * 0;
+    d/ds |s| is 0 at s == 0 (eager: grad * sgn(s))."""
+    s = torch.tensor([-1.0, 0.0, 4.0], dtype=torch.float64)
+    grids = {"score": s}
+    d = ir.derivative(ir.parse("(sqrt (max score 0.0))"))
+    assert ir.evaluate(d, grids).tolist() == [0.0, math.inf, 0.25]
+    d = ir.derivative(ir.parse("(abs score)"))
+    assert ir.evaluate(d, grids).tolist() == [-1.0, 0.0, 1.0]
+    x = s.clone().requires_grad_()  # the same numbers from eager autograd
+    (g,) = torch.autograd.grad(torch.sqrt(torch.clamp(x, min=0.0)).sum(), x)
+    assert g[0].item() == 0.0 and g[2].item() == 0.25
