@@ -64,3 +64,34 @@ def test_results_and_attributes_pass_through():
     run = stale_outputs.raising_on_overwritten(compiled)
     assert run(torch.ones(2), torch.ones(3)).item() == 5.0
     assert run._boxed_call is False and run.__wrapped__ is compiled
+
+
+class _OnCuda(torch.Tensor):
+    """A CPU tensor that says it is on CUDA (only ``compile_graph``'s device check reads it)."""
+
+    @property
+    def is_cuda(self):  # noqa: D102
+        return True
+
+
+@pytest.mark.parametrize("mode,cuda,guarded", [("reduce-overhead", True, True), ("reduce-overhead", False, False),
+                                               (None, True, False), ("max-autotune-no-cudagraphs", True, False)])
+def test_compile_graph_guards_cuda_graph_graphs_only(monkeypatch, mode, cuda, guarded):
+    """A graph with CUDA inputs compiled under CUDA graphs gets the static launcher off and the re-raising
+    wrapper; CPU graphs and graphs without CUDA graphs compile exactly as before."""
+    import importlib
+    B = importlib.import_module("te_compile.backend")  # the module (te_compile.backend is also a function)
+
+    seen = {}
+
+    def inner(name, gm, ex, config=None):
+        seen["config"] = config
+        return gm.forward
+    monkeypatch.setattr(B, "_inner_compile", inner)
+    gm = torch.fx.symbolic_trace(lambda x: x * 2)
+    x = torch.ones(3)
+    ex = [torch.Tensor._make_subclass(_OnCuda, x) if cuda else x]
+    compiled = B.compile_graph(gm, ex, B.Options(inner="inductor", target="reference"), mode=mode)
+    off = (seen["config"] or {}).get(stale_outputs.STATIC_LAUNCHER) is False
+    assert off == guarded and (getattr(compiled, "__wrapped__", None) is not None) == guarded
+    assert torch.equal(compiled(x), x * 2)
