@@ -2,7 +2,9 @@
 ``--json B`` after): outcome, kept reasons, and per site the spec and the cuDNN emission digest. A refactor
 that means to change nothing must print "identical".
 
-    python3 bench/fuzz_identity.py before.jsonl after.jsonl
+    python3 bench/fuzz_identity.py before.jsonl after.jsonl [--common]
+
+``--common`` compares only the cases both runs reached (for runs cut off by a time limit).
 """
 
 import json
@@ -18,8 +20,13 @@ def _load(path: str) -> dict:
     return out
 
 
-def main(a: str, b: str) -> int:
+def main(a: str, b: str, common: bool = False) -> int:
     x, y = _load(a), _load(b)
+    if common:
+        both = x.keys() & y.keys()
+        print(f"comparing the {len(both)} cases both reached ({len(x)} in {a}, {len(y)} in {b})")
+        x = {k: v for k, v in x.items() if k in both}
+        y = {k: v for k, v in y.items() if k in both}
     if x.keys() != y.keys():
         print(f"different cases: {len(x.keys() - y.keys())} only in {a}, {len(y.keys() - x.keys())} only in {b}")
         return 1
@@ -31,4 +38,4 @@ def main(a: str, b: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(*sys.argv[1:3]))
+    raise SystemExit(main(*sys.argv[1:3], common="--common" in sys.argv[3:]))

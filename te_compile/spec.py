@@ -52,6 +52,9 @@ class AttentionSpec:
     #: the bias may hold rows that are -inf everywhere (a materialized mask): the cuDNN kernel sets
     #: those rows to output 0 / lse -inf itself (graphs._fix_empty_rows)
     empty_rows: bool = False
+    #: the score_mod is ALiBi with cuDNN's own slopes for this many heads under a causal mask_mod (checked at
+    #: compile time, te_compile.alibi): at that head count cuDNN's native ALiBi serves it; 0 = not ALiBi
+    alibi_heads: int = 0
     #: compare with the reference math on the first call of each configuration (te_compile.verify)
     verify: bool = False
 
@@ -100,6 +103,8 @@ class AttentionSpec:
             parts.append(f"score_mod={self.score}")
         if self.mask_mod:
             parts.append(f"mask_mod={self.mask_mod}")
+        if self.alibi_heads:
+            parts.append(f"alibi=cuDNN slopes for {self.alibi_heads} heads")
         if self.impl != "cudnn":
             parts.append(f"impl={self.impl}")
         return ", ".join(parts)

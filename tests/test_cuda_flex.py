@@ -282,3 +282,36 @@ def test_prefix_lm_runs_as_two_native_calls(spelling, L, S, P, hkv, bshd):
     errs = {"out": rel_err(got[0], want[0]), "lse": (got[1] - want[1]).abs().max().item()}
     errs.update({n: rel_err(a, b) for n, a, b in zip("qkv", got[2:], want[2:])})
     assert max(errs.values()) <= TOL * 2.5, errs
+
+
+def _cudnn_alibi(heads: int):
+    """ALiBi with cuDNN's slopes for ``heads`` heads, computed from h in the score_mod (attention-gym's formula
+    for a power of two; the ALiBi paper's interleaved slopes for the rest)."""
+    n = 1 << (heads.bit_length() - 1)
+    if n == heads:
+        return lambda s, b, h, q, kv: s + torch.exp2(-((h + 1) * 8.0 / heads)) * (kv - q)
+    return lambda s, b, h, q, kv: s + torch.where(
+        h < n, torch.exp2(-(h + 1) * 8.0 / n), torch.exp2(-(2 * (h - n) + 1) * 4.0 / n)) * (kv - q)
+
+
+@pytest.mark.parametrize("heads,hkv,L,S", [(8, 8, 256, 256), (12, 12, 384, 384), (8, 2, 200, 200),
+                                           (16, 16, 1024, 1024), (8, 8, 256, 384)])
+def test_alibi_causal_with_cudnn_slopes(heads, hkv, L, S):
+    """ALiBi + causal whose slopes are cuDNN's: served by cuDNN's native ALiBi (use_alibi_mask) where queries
+    and keys are as many, emitted otherwise; forward and backward match eager flex either way."""
+    from te_compile.cudnn import lowering
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.randn(2, heads, L, 64, device="cuda", generator=g, dtype=torch.bfloat16)
+    k, v = (torch.randn(2, hkv, S, 64, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(2))
+    dout = torch.randn(2, heads, L, 64, device="cuda", generator=g)
+    bm = create_block_mask(MASK_MODS["causal"], 1, 1, L, S, device="cuda")
+    score_mod = _cudnn_alibi(heads)
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, score_mod=score_mod, block_mask=bm, return_lse=True, enable_gqa=hkv != heads)
+
+    report = _served_and_matches(fn, q, k, v, dout, tol=TOL)
+    spec = report.decisions[0].spec
+    assert spec.alibi_heads == heads, spec
+    assert lowering.lower(spec, (L, S), heads=heads).alibi == (L == S)

@@ -49,6 +49,7 @@ def main() -> None:
     for W in (int(w) for w in a.windows.split(",")):
         for spelling, m in (("<", lambda b, h, i, j, W=W: (i >= j) & (i - j < W)),
                             ("<=", lambda b, h, i, j, W=W: (i >= j) & (i - j <= W))):
+            torch._dynamo.reset()  # each window compiles afresh (the lambdas share one code object)
             bm = create_block_mask(m, 1, 1, L, L, device="cuda")
 
             def call(q_, k_, v_, bm=bm):

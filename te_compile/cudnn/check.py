@@ -32,7 +32,7 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
     lw = lower(spec)
     if lw.unsupported:
         return Reason(lw.unsupported, NOT_ON_CUDNN)
-    if lw.emitted:
+    if lw.emitted and not _native_alibi(spec, q, k):
         why = versions.emitted_reason()
         if why:
             return why
@@ -59,6 +59,13 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
         bias_meta = (b4, contiguous_strides(b4))
     return _validate(spec, tuple((s, _strides(s, t)) for s, t in zip(shapes, (q, k, v))), bias_meta,
                      str(q.dtype), needs_grad, need_dbias)
+
+
+def _native_alibi(spec: AttentionSpec, q: torch.Tensor, k: torch.Tensor) -> bool:
+    """cuDNN's native ALiBi serves this call (nothing is emitted): see lowering.native_alibi."""
+    qs, ks = _concrete(q.shape), _concrete(k.shape)
+    return bool(spec.alibi_heads and qs and ks and len(qs) == 4 and len(ks) == 4 and
+                lower(spec, (qs[2], ks[2]), heads=qs[1]).alibi)
 
 
 def _static_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Optional[str]:
@@ -111,7 +118,7 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
     inputs = tuple(((B, H, 1, 1), (H, 1, 1, 1)) for _ in range(spec.n_inputs))
     try:
         g = graphs.new_graph(None, io)
-        lw = lower(spec, (L, k[0][2]))
+        lw = lower(spec, (L, k[0][2]), heads=H)
         graphs.define_forward(g, io, lw, q, k, v, bias_meta, o_meta[1], inputs)
         g.validate()
         if needs_grad:

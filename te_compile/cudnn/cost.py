@@ -55,6 +55,9 @@ SPEED_RATIO = {
     "flex score_mod": 2.37,  # a non-linear score_mod (softcap): 4.73 vs 2.00, + causal 2.89 vs 1.22
     "flex additive score_mod": 1.34,  # an additive score_mod (ALiBi): 2.46 vs 1.84
     "flex additive score_mod + mask": 0.80,  # ALiBi + causal: cuDNN computes every tile (1.95 vs 1.56 step)
+    # ALiBi + causal with cuDNN's own slopes (use_alibi_mask, which skips the masked tiles): Inductor's step
+    # 1.56 ms vs cuDNN's kernels 0.30 + 0.79 ms (bench/probes/probe_alibi_bias.py; te_compile.alibi)
+    "flex native ALiBi + causal": 1.43,
     "flex emitted mask": 0.27,  # a mask cuDNN cannot skip tiles for (prefix-LM: 5.55 vs 1.49 step)
     "flex gathered bias": 2.2,  # a relative-position table materialized as a bias (2.2x)
     # a prefix-LM mask as two native calls and an lse merge (te_compile.cudnn.prefix): 1.63 ms per step vs
@@ -68,7 +71,8 @@ SPEED_RATIO = {
 SPLIT_HOST_MS = {"train": 0.25, "infer": 0.08}
 
 
-def site_class(spec: AttentionSpec, bias: Optional[torch.Tensor], need_dbias: bool, L: int, S: int) -> tuple[str, float]:
+def site_class(spec: AttentionSpec, bias: Optional[torch.Tensor], need_dbias: bool, L: int, S: int,
+               H: int = 0) -> tuple[str, float]:
     """(class name, fraction of the score matrix te_compile computes)."""
     if spec.source != "flex":
         if bias is None:
@@ -81,9 +85,11 @@ def site_class(spec: AttentionSpec, bias: Optional[torch.Tensor], need_dbias: bo
         # every row sees the P prefix keys (call A); rows q >= P see a causal triangle of the rest (call B)
         seen = L * P + m * (m + 1) // 2 + max(0, L - S) * (S - P)
         return "flex prefix split", seen / (L * S)
-    lw = lower(spec, (L, S))
+    lw = lower(spec, (L, S), heads=H)
     if bias is not None and not spec.empty_rows:
         return "flex gathered bias", 1.0
+    if lw.alibi:
+        return "flex native ALiBi + causal", 0.5
     if lw.band is not None:
         left, right = lw.band
         if left is None and right > 0 and L < S:
@@ -114,7 +120,7 @@ def estimate(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: b
     if shape is None:
         return None
     B, H, L, S, D, Dv = shape
-    cls, density = site_class(spec, bias, need_dbias, L, S)
+    cls, density = site_class(spec, bias, need_dbias, L, S, H)
     flops = 2.0 * B * H * L * S * (D + Dv) * density * ((1.0 + BWD_FLOPS) if needs_grad else 1.0)
     kernel_te = flops / (TE_TFLOPS * 1e9)
     kernel_tc = kernel_te * SPEED_RATIO[cls]

@@ -207,6 +207,7 @@ class CallPlan:
     lse_stride: tuple = ()
     grad_strides: tuple = ()  # backward: dq, dk, dv
     need_dbias: bool = False
+    reads_inputs: bool = True  # the (in i) inputs are operands (native ALiBi reads none)
 
 
 #: fast path: call signature (spec + shapes/strides/dtypes of the raw operands) -> its CallPlan, for calls
@@ -322,6 +323,8 @@ def _sdpa_kwargs(lw: Lowering, head_dim: int, bias_t: Any, emitter: Optional[Emi
         kw["diagonal_band_right_bound"] = band[1]
         if band[0] is not None:
             kw["diagonal_band_left_bound"] = band[0]
+        if lw.alibi:
+            kw["use_alibi_mask"] = True
     elif emitter is not None:
         kw["score_mod"] = emitter.score_mod
         if backward and emitter.needs_bprop:
@@ -537,12 +540,14 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
         h = handle(dev)
         out = torch.empty_strided(plan.out_shape, plan.out_stride, dtype=q.dtype, device=dev)
         lse = torch.empty_strided(plan.lse_shape, plan.lse_stride, dtype=torch.float32, device=dev)
-        buffers = [q, k, v, out, lse] + ([] if bias is None else [bias]) + list(inputs) + list(plan.consts)
+        buffers = [q, k, v, out, lse] + ([] if bias is None else [bias]) + (list(inputs) if plan.reads_inputs else [])
+        buffers += plan.consts
         plan.built.run(buffers, plan.built.workspace_for(dev), h)
         return out, lse
-    lw = lower(spec, (q.shape[2], k.shape[2]))
+    lw = lower(spec, (q.shape[2], k.shape[2]), heads=q.shape[1])
     if lw.unsupported:
         raise Unsupported(lw.unsupported)
+    inputs = () if lw.alibi else inputs  # native ALiBi reads no slope input
     q0, k0, v0, inputs0 = q, k, v, tuple(inputs)
     inputs = _input_operands(inputs)
     io = _io_type(q, k, v, bias)
@@ -572,7 +577,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
     if (q is q0 and k is k0 and v is v0 and _same(bias, b4)
             and all(a is b for a, b in zip(inputs, inputs0))):
         _remember(sig, CallPlan(built, tuple(consts), out_shape=o_shape, out_stride=o_stride, lse_shape=(B, H, L),
-                                lse_stride=(H * L, L, 1)))
+                                lse_stride=(H * L, L, 1), reads_inputs=not lw.alibi))
     return out, lse
 
 
@@ -630,12 +635,13 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
         dbias = _padded_empty(tuple(bias.shape), q.dtype, q.device) if plan.need_dbias else q.new_empty((0,))
         if plan.need_dbias:
             buffers.append(dbias)
-        buffers += list(inputs) + list(plan.consts)
+        buffers += (list(inputs) if plan.reads_inputs else []) + list(plan.consts)
         plan.built.run(buffers, plan.built.workspace_for(q.device), h)
         return dq, dk, dv, dbias.contiguous()
-    lw = lower(spec, (q.shape[2], k.shape[2]))
+    lw = lower(spec, (q.shape[2], k.shape[2]), heads=q.shape[1])
     if lw.unsupported:
         raise Unsupported(lw.unsupported)
+    inputs = () if lw.alibi else inputs  # native ALiBi reads no slope input
     raw_ops = (q, k, v, out, dout, lse, tuple(inputs))
     inputs = _input_operands(inputs)
     io = _io_type(q, k, v, bias, out, dout)
@@ -660,18 +666,16 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
     dq, dk, dv = (torch.empty_strided(tuple(t.shape), st, dtype=t.dtype, device=t.device)
                   for t, st in zip((q, k, v), grad_strides))
     buffers = [q, k, v, out, dout, lse, dq, dk, dv] + ([] if b4 is None else [b4])
-    dbias4 = None
-    if need_dbias:
-        dbias4 = _padded_empty(tuple(b4.shape), q.dtype, q.device)
-        buffers.append(dbias4)
+    dbias4 = _padded_empty(tuple(b4.shape), q.dtype, q.device) if need_dbias else None
     consts = list(_const_buffers(lw))
-    buffers += inputs + consts
+    buffers += ([dbias4] if need_dbias else []) + inputs + consts
     ws = new_workspace(built.workspace, q.device)
     built.run(buffers, ws, h)
     unchanged = all(a is b for a, b in zip((q, k, v, out, dout, lse), raw_ops[:6]))
     unchanged = unchanged and all(a is b for a, b in zip(inputs, raw_ops[6])) and _same(bias, b4)
     if unchanged and (bias is None or (bias.dtype == q.dtype and b4.shape == bias.shape)):
-        _remember(sig, CallPlan(built, tuple(consts), grad_strides=grad_strides, need_dbias=need_dbias))
+        plan = CallPlan(built, tuple(consts), grad_strides=grad_strides, need_dbias=need_dbias, reads_inputs=not lw.alibi)
+        _remember(sig, plan)
     if dbias4 is None:
         return dq, dk, dv, q.new_empty((0,))
     dbias = dbias4.sum_to_size(bias.shape).reshape(bias.shape).to(bias.dtype).contiguous()

@@ -29,7 +29,7 @@ import functools
 import math
 from typing import Optional
 
-from .. import ir
+from .. import alibi, ir
 from ..opdefs import OPS, Cudnn, NotOnCudnn
 from ..spec import AttentionSpec
 
@@ -98,6 +98,9 @@ class Lowering:
     constants: tuple[float, ...]
     #: emit ``min(f(s), s + BIG)`` after the score_mod (no mask-first plan; ``EmitOptions.ninf_clamp``)
     ninf_clamp: bool = False
+    #: cuDNN's native ALiBi (``use_alibi_mask``) with the causal ``band`` serves the mods (te_compile.alibi);
+    #: nothing is emitted and the slope input is not read
+    alibi: bool = False
 
     @property
     def needs_bprop(self) -> bool:
@@ -105,8 +108,10 @@ class Lowering:
 
 
 @functools.lru_cache(maxsize=2048)
-def _lower(spec: AttentionSpec, lengths: tuple[int, int], options: EmitOptions) -> Lowering:
+def _lower(spec: AttentionSpec, lengths: tuple[int, int], options: EmitOptions, heads: int = 0) -> Lowering:
     score, mask = spec.score_expr(), spec.mask_expr()
+    if native_alibi(spec, lengths, heads, score, mask):
+        return Lowering(spec, lengths, options, score, mask, None, (None, 0), False, None, None, None, (), alibi=True)
     unsupported = _unsupported_reason(score, mask) if (score is not None or mask is not None) else None
     band = _native_band(spec, mask)
     if band is not None and band[0] is not None and lengths[0] > lengths[1]:
@@ -129,9 +134,20 @@ def needs_ninf_clamp(score: ir.Expr) -> bool:
     return _ninf(score) == "fin" and _ninf(ir.derivative(score)) == "fin"
 
 
-def lower(spec: AttentionSpec, lengths: tuple[int, int] = (0, 0), options: Optional[EmitOptions] = None) -> Lowering:
-    """The lowering record of ``spec`` at sequence lengths (L, S) ((0, 0): length-independent parts)."""
-    return _lower(spec, lengths, options or OPTIONS)
+def lower(spec: AttentionSpec, lengths: tuple[int, int] = (0, 0), options: Optional[EmitOptions] = None,
+          heads: int = 0) -> Lowering:
+    """The lowering record of ``spec`` at sequence lengths (L, S) ((0, 0): length-independent parts) and
+    ``heads`` query heads (0: unknown; only native ALiBi depends on it)."""
+    return _lower(spec, lengths, options or OPTIONS, heads)
+
+
+def native_alibi(spec: AttentionSpec, lengths: tuple[int, int], heads: int, score: Optional[ir.Expr],
+                 mask: Optional[ir.Expr]) -> bool:
+    """cuDNN's native ALiBi serves the mods: the compile-time check (``spec.alibi_heads``) holds at this head
+    count, queries and keys are as many (the ALiBi term and the causal band then agree with cuDNN's alignment),
+    and the mods still have the ALiBi form."""
+    return (bool(spec.alibi_heads) and heads == spec.alibi_heads and lengths[0] == lengths[1] > 0
+            and alibi.slope_input(score) is not None and alibi.is_causal(mask))
 
 
 lower.cache_clear = _lower.cache_clear  # type: ignore[attr-defined]

@@ -35,7 +35,7 @@ from typing import Any, Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from .. import ir
+from .. import alibi, ir
 from ..inserted import bh_input, materialize_bias, materialize_mask
 from ..reasons import (BLOCK_MASK, NEEDS_GRAD, NOT_EXACT, NOT_ON_CUDNN, SPARSE_MASK, TOO_LARGE, UNSUPPORTED_ARGS,
                        category)
@@ -262,12 +262,14 @@ def check_dbias(impl: str, t: _Terms, need_dbias: bool) -> None:
                    "cuDNN's dBias is not flex's table gradient there", NOT_EXACT)
 
 
-def build_spec(impl: str, scale: float, t: _Terms, blocks: _Blocks) -> AttentionSpec:
+def build_spec(impl: str, scale: float, t: _Terms, blocks: _Blocks, heads: object = None) -> AttentionSpec:
+    plain = t.bias_term is None and t.mask_gather is None
     return AttentionSpec(scale=float(scale), mask="none", impl=impl, source="flex",
                          score="" if t.score == _SCORE else str(t.score),
                          mask_mod="" if t.mask.is_const(True) else str(t.mask),
                          n_inputs=len(t.inputs), block_q=blocks.q, block_kv=blocks.kv, block_full=blocks.full,
-                         empty_rows=t.mask_gather is not None)
+                         empty_rows=t.mask_gather is not None,
+                         alibi_heads=alibi.heads_for(t.score, t.mask, t.inputs, heads) if plain else 0)
 
 
 def _bias_like(t: _Terms, q, k) -> Optional[torch.Tensor]:
@@ -294,7 +296,7 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
         raise Keep("flex inputs must be 4-D", NOT_ON_CUDNN)
     blocks = check_block_mask(site, t, q, k)
     check_dbias(impl, t, need_dbias)
-    spec = build_spec(impl, scale, t, blocks)
+    spec = build_spec(impl, scale, t, blocks, q.shape[1])
     cudnn_supports(checker, q, k, v, _bias_like(t, q, k), spec, d.grads.any, need_dbias)
     d.plan = FlexPlan(terms=[str(x) for x in t.inputs], buffers=mods.buffers, block_nodes=blocks.nodes,
                       bias_term=None if t.bias_term is None else str(t.bias_term),

@@ -577,7 +577,7 @@ def _emission_crash(c: Case, decisions: list) -> str:
     for d in decisions:
         if not (d.rewrite and d.spec is not None and d.site.kind == "flex"):
             continue
-        lw = lowering.lower(dataclasses.replace(d.spec, impl="cudnn"), (c.L, c.S))
+        lw = lowering.lower(dataclasses.replace(d.spec, impl="cudnn"), (c.L, c.S), heads=c.H)
         if lw.unsupported or not lw.emitted:
             continue
         try:
@@ -601,7 +601,7 @@ def emission_digest(c: Case, decisions: list) -> list:
         if d.site.kind == "flex":
             try:
                 from te_compile.cudnn import emit, lowering
-                lw = lowering.lower(dataclasses.replace(d.spec, impl="cudnn"), (c.L, c.S))
+                lw = lowering.lower(dataclasses.replace(d.spec, impl="cudnn"), (c.L, c.S), heads=c.H)
                 rec = (lw.unsupported, lw.band, lw.emitted, str(lw.deriv), str(lw.guard), lw.constants,
                        None if lw.mask_first is None else (lw.mask_first.needs_min, str(lw.mask_first.deriv)),
                        lw.ninf_clamp)
