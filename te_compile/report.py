@@ -89,7 +89,8 @@ def site_row(d: Decision) -> dict[str, Any]:
         "v": _shape(s.v),
         "dtype": _dtype(s.q),
         "mask": mask,
-        "score_mod": infix(d.score_expr) if d.score_expr is not None else (d.score or "-"),
+        "score_mod": (infix(d.score_expr) if d.score_expr is not None else (d.score or "-"))
+        + (" (ALiBi with cuDNN's slopes)" if d.spec and d.spec.alibi_heads else ""),
         "mask_sexpr": d.mask,
         "score_mod_sexpr": d.score or "-",
         "grads": d.grads.describe() if d.grads else "?",

@@ -75,6 +75,16 @@ def test_flex_site_records_the_checked_head_count():
     assert _spec(lambda s, b, h, q, kv: s + slopes[h] * (kv - q), None, 16).alibi_heads == 0  # values unknown
 
 
+def test_report_names_native_alibi():
+    torch._dynamo.reset()
+    L = 128
+    bm = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, L, L, device="cpu")
+    q = torch.randn(1, 16, L, 16)
+    rep = te_compile.explain(lambda q, k, v: flex_attention(q, k, v, score_mod=_gym(16), block_mask=bm), q, q, q,
+                             target="reference")
+    assert "(ALiBi with cuDNN's slopes)" in str(rep)
+
+
 def test_flex_alibi_matches_eager_on_the_reference_target():
     H, L = 8, 64
     bm = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, L, L, device="cpu")

@@ -18,7 +18,7 @@ from typing import Optional
 from ..reasons import CUDNN_VERSION, Reason
 
 #: versions checked with te_compile's fuzzer and GPU suite (backend_version() -> what was run, when)
-CHECKED = {91900: "2026-11-26: GPU fuzzer at 4 seeds and the cuda suite, H100 and H200"}
+CHECKED = {91900: "2026-11-26: GPU fuzzer at 4 seeds and the cuda suite, H100 and H200; 2026-11-27 again, H200"}
 
 #: unchecked versions with a known failure of emitted graphs
 KNOWN = {92700: ("ran some emitted score_mod graphs into an illegal memory access that kills the CUDA context "
