@@ -1,0 +1,58 @@
+"""Every cuDNN workaround te_compile applies, in one table: what it does, where it lives, the measured fact
+behind it (a heading of docs/cudnn-notes.md) and the test that checks it.
+
+The workarounds themselves live where they act (the emission options in ``lowering.EmitOptions``, the
+lowering record's plans, the run-time fixes in ``graphs``); this table is the index a maintainer reads first
+when cuDNN changes (a new version can make one unnecessary, or need a new one). ``tests/test_workarounds.py``
+checks that each row's place exists, its note heading is in docs/cudnn-notes.md, its test exists, and that
+every emission option has a row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Workaround:
+    name: str
+    #: what te_compile does differently from the straightforward emission
+    does: str
+    #: "module:attribute" under te_compile (an EmitOptions field as "cudnn.lowering:EmitOptions.<field>")
+    where: str
+    #: the start of a "## " heading of docs/cudnn-notes.md with the measurement
+    note: str
+    #: "tests/<file>.py::<test function>"
+    test: str
+
+
+WORKAROUNDS: tuple[Workaround, ...] = (
+    Workaround("padded-tile guard", "masks kv positions past the key length after a score_mod whose f(-inf) is "
+               "not -inf (cuDNN pads the last tile)", "cudnn.lowering:EmitOptions.kv_guard",
+               "Found by the differential fuzzer", "tests/test_cudnn_decisions.py::test_padded_tile_guard"),
+    Workaround("finite f(-inf) clamp", "min(f(s), s + BIG) after a score_mod finite at -inf, at every length",
+               "cudnn.lowering:EmitOptions.ninf_clamp", "Found by an independent differential check",
+               "tests/test_cudnn_decisions.py::test_neg_inf_clamp"),
+    Workaround("distinct operands", "no op gets one tensor as two operands (the second use goes through identity)",
+               "cudnn.lowering:EmitOptions.distinct_operands", "cuDNN versions",
+               "tests/test_cudnn_versions.py::test_no_op_gets_one_tensor_twice"),
+    Workaround("constants by value", "constants enter as pass-by-value inputs, so a changed constant reuses the "
+               "built graph and a bprop of mul(dS, constant) builds", "cudnn.lowering:EmitOptions.const_mode",
+               "Found by the differential fuzzer", "tests/test_cudnn_decisions.py::test_graph_structure_ignores_constant_values"),
+    Workaround("mask first", "a single index comparison mask is applied to the raw score before the score_mod, "
+               "so cuDNN skips the masked tiles", "cudnn.lowering:Lowering.mask_first", "Tile skipping with a score_mod",
+               "tests/test_cudnn_decisions.py::test_mask_first_plan"),
+    Workaround("native band", "causal / sliding-window mask_mods without a score_mod run as cuDNN's diagonal band",
+               "cudnn.lowering:diagonal_bounds", "Tile skipping with a score_mod",
+               "tests/test_cudnn_decisions.py::test_native_band_recognition"),
+    Workaround("native ALiBi", "ALiBi + causal with cuDNN's own slopes runs as use_alibi_mask with the causal band",
+               "cudnn.lowering:native_alibi", "cuDNN's native ALiBi skips tiles",
+               "tests/test_alibi.py::test_lowering_uses_native_alibi_only_where_exact"),
+    Workaround("prefix-LM split", "a prefix-LM mask runs as two native calls and an lse merge",
+               "cudnn.prefix:split", "Prefix-LM on cuDNN", "tests/test_cudnn_decisions.py::test_prefix_split_recognition"),
+    Workaround("version gate", "emitted score_mod / mask_mod graphs are served only on checked cuDNN versions",
+               "cudnn.versions:emitted_reason", "cuDNN versions",
+               "tests/test_cudnn_versions.py::test_emitted_graphs_are_served_only_on_checked_versions"),
+)
+
+__all__ = ["Workaround", "WORKAROUNDS"]
