@@ -3,6 +3,7 @@
     torch.compile(model, backend="te_compile")                 # no import needed
     torch.compile(model, backend=te_compile.backend(inner="aot_eager", target="reference"))
     print(te_compile.explain(model, x))                        # what was rewritten, and why
+    te_compile.tune(model, x)                                  # measure its sites on this GPU (cached)
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from . import ops  # noqa: F401  (registers torch.ops.te_compile.*)
 from .backend import backend, compile, te_compile_backend  # noqa: A004
 from .explain import Report, explain
 from .spec import AttentionSpec
+from .tuning.tune import tune
 from .verify import VerificationError
 
 __version__ = "0.1.0"
-__all__ = ["backend", "compile", "te_compile_backend", "explain", "Report", "AttentionSpec",
+__all__ = ["backend", "compile", "te_compile_backend", "explain", "tune", "Report", "AttentionSpec",
            "VerificationError", "__version__"]
 
 

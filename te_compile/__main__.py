@@ -2,6 +2,7 @@
 
     te-compile demo [--device cpu]                  compile a small GPT, print the site report
     te-compile explain MODULE:FACTORY [--json]      report on your own model (see below)
+    te-compile tune MODULE:FACTORY [--list]         measure the model's sites on this GPU, fill the cache
     te-compile bench [--suite sdpa|flex|all] ...    the GPU benchmark (needs CUDA)
 
 ``explain`` takes ``MODULE:FACTORY`` where FACTORY is a callable of no arguments that returns
@@ -75,13 +76,38 @@ def _explain(argv: list[str]) -> int:
     return 0
 
 
+def _tune(argv: list[str]) -> int:
+    from . import tuning
+    from .tuning import cache
+    from .tuning.tune import tune
+
+    p = argparse.ArgumentParser(prog="te-compile tune", description="measure each attention site of a model on "
+                                "this GPU (te_compile's cuDNN op vs what torch.compile runs) and cache the results; "
+                                "later compiles decide from the cache")
+    p.add_argument("factory", nargs="?", help="MODULE:FACTORY returning (model_or_fn, args[, kwargs])")
+    p.add_argument("--mode", default=None, help="the torch.compile mode the model runs under")
+    p.add_argument("--list", action="store_true", help="list the cached measurements and where they are")
+    a = p.parse_args(argv)
+    if a.list or not a.factory:
+        entries = cache.entries()
+        print(f"{len(entries)} measurement(s) in {cache.path()}")
+        for key, e in sorted(entries.items()):
+            print(f"  {e.get('site', key)}: {e.get('te_ms', 0):.3f} ms cuDNN vs {e.get('tc_ms', 0):.3f} ms "
+                  f"torch.compile")
+        return 0
+    fn, args, kwargs = _load(a.factory)
+    print(f"te-compile tune: {a.factory} on {tuning.platform()['gpu']} (cache {cache.path()})", flush=True)
+    tune(fn, *args, mode=a.mode, echo=lambda line: print(line, flush=True), **kwargs)
+    return 0
+
+
 def _bench(argv: list[str]) -> int:
     from .benchmark import main as bench_main
 
     return bench_main(argv)
 
 
-COMMANDS = ("demo", "explain", "bench")
+COMMANDS = ("demo", "explain", "tune", "bench")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -104,6 +130,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         return demo(rest)
     if a.command == "explain":
         return _explain(rest)
+    if a.command == "tune":
+        return _tune(rest)
     return _bench(rest)
 
 

@@ -21,7 +21,7 @@ from torch.fx import GraphModule
 from .passes.decision import TARGETS
 from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
-from . import stale_outputs
+from . import stale_outputs, tuning
 from .report import GraphReport, Report, record
 
 log = logging.getLogger("te_compile")
@@ -126,10 +126,10 @@ def _checker(target: str, serve: str = "fastest", cuda_graphs: bool = False) -> 
         return lambda *a, **k: msg
     if serve == "always":
         return check
-    from .cudnn.cost import slower_reason
+    from .tuning import speed_reason
 
     def check_and_cost(*args: Any) -> Optional[str]:
-        return check(*args) or slower_reason(*args, cuda_graphs=cuda_graphs)
+        return check(*args) or speed_reason(*args, cuda_graphs=cuda_graphs)
     return check_and_cost
 
 
@@ -197,7 +197,8 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     graphs_on = options.cuda_graphs if options.cuda_graphs is not None else _uses_cuda_graphs(options.inner,
                                                                                                inductor_config)
     checker = _checker(options.target, options.serve, graphs_on)
-    decisions = _rewrite(gm, original, options, checker)
+    with tuning.measuring(tuning.is_measuring() or _autotunes(mode, inductor_options)):
+        decisions = _rewrite(gm, original, options, checker)
     guard_stale = graphs_on and options.inner == "inductor" and _is_cuda_graph(example_inputs)
     if guard_stale:  # an overwritten CUDA-graph output must raise, not crash (te_compile/stale_outputs.py)
         inductor_config = stale_outputs.without_static_launcher(inductor_config)
@@ -209,6 +210,12 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
         _finish(gm, decisions, options)  # before Inductor, whose passes change gm in place
         compiled = _inner_compile(options.inner, gm, example_inputs, inductor_config)
     return stale_outputs.raising_on_overwritten(compiled) if guard_stale else compiled
+
+
+def _autotunes(mode: Optional[str], inductor_options: Optional[dict]) -> bool:
+    """torch.compile's max-autotune modes measure candidates at compile time; te_compile measures its sites then
+    too (te_compile.tuning)."""
+    return (mode or "").startswith("max-autotune") or bool((inductor_options or {}).get("max_autotune"))
 
 
 def _is_cuda_graph(example_inputs: list[Any]) -> bool:

@@ -142,8 +142,9 @@ def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbi
         return None
     what = ("training step" if needs_grad else "forward") + (" under CUDA graphs" if cuda_graphs else "")
     return Reason(f"kept for speed: the cost model estimates {est['te_compile']:.2f} ms per {what} on te_compile vs "
-            f"{est['torch.compile']:.2f} ms on torch.compile ({est['class']}; te_compile.cudnn.cost, H200 "
-            "calibration); te_compile.backend(serve='always') serves it anyway", SLOWER)
+            f"{est['torch.compile']:.2f} ms on torch.compile ({est['class']}; te_compile.cudnn.cost, calibrated on "
+            "one H200; not measured here: te-compile tune or mode='max-autotune' measures it); "
+            "te_compile.backend(serve='always') serves it anyway", SLOWER)
 
 
 __all__ = ["estimate", "slower_reason", "site_class", "SPEED_RATIO", "HOST_MS", "SPLIT_HOST_MS", "TE_TFLOPS"]

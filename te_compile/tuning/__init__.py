@@ -1,0 +1,153 @@
+"""Serve where it is measured faster: per-site measurements on the running GPU and cuDNN, cached on disk.
+
+For a site cuDNN can serve, ``speed_reason`` (the ``serve="fastest"`` check) decides from, in order:
+
+1. a measurement in the persistent cache (``tuning.cache``) for this site signature: spec, shapes, dtype,
+   which gradients, GPU name, cuDNN and torch versions;
+2. a new measurement, when measuring is on: ``torch.compile(..., mode="max-autotune")`` or
+   ``te_compile.tune`` / ``te-compile tune`` (``measuring()``); it times te_compile's op against what plain
+   torch.compile runs for the same site (``tuning.candidates``), in alternating rounds, and stores the result;
+3. otherwise the cost model (``te_compile.cudnn.cost``), and the reason says so.
+
+A site is served only when cuDNN measured faster by more than the measurement's noise (``timing.serve_on_cudnn``).
+Under CUDA graphs (mode="reduce-overhead") host time does not count and the candidates are not captured, so such
+graphs are decided by the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import json
+import logging
+from typing import Iterator, Optional
+
+import torch
+
+from ..reasons import SLOWER, Reason
+from ..spec import AttentionSpec
+from . import cache
+from .timing import Measurement, measure_pair, serve_on_cudnn, wall_timer
+
+log = logging.getLogger("te_compile")
+_measuring: contextvars.ContextVar[bool] = contextvars.ContextVar("te_compile_measuring", default=False)
+_progress: contextvars.ContextVar = contextvars.ContextVar("te_compile_tune_progress", default=None)
+#: sites measured in this process (for ``tune``'s summary and the tests: a second run measures nothing)
+measured_log: list[dict] = []
+
+
+@contextlib.contextmanager
+def measuring(on: bool = True) -> Iterator[None]:
+    """Measure undecided sites while compiling inside this block (what mode="max-autotune" and tune() use)."""
+    token = _measuring.set(on)
+    try:
+        yield
+    finally:
+        _measuring.reset(token)
+
+
+def is_measuring() -> bool:
+    return _measuring.get()
+
+
+@contextlib.contextmanager
+def progress(echo) -> Iterator[None]:
+    """``echo(line)`` gets one line per site measured inside this block (te-compile tune's progress)."""
+    token = _progress.set(echo)
+    try:
+        yield
+    finally:
+        _progress.reset(token)
+
+
+@functools.lru_cache(maxsize=4)
+def platform(device_index: int = 0) -> dict:
+    """The GPU and library versions a measurement belongs to."""
+    from ..cudnn import versions
+    gpu = torch.cuda.get_device_name(device_index) if torch.cuda.is_available() else "cpu"
+    return {"gpu": gpu, "cudnn": versions.running(), "torch": torch.__version__.split("+")[0]}
+
+
+def _shape(t) -> Optional[list[int]]:
+    from ..layout import size_hints
+    if t is None:
+        return None
+    s = size_hints(tuple(t.shape))
+    return None if s is None else list(s)
+
+
+def site_key(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
+             plat: Optional[dict] = None) -> Optional[str]:
+    """The cache key of a site (None: symbolic shapes)."""
+    shapes = [_shape(t) for t in (q, k, v)]
+    if any(s is None for s in shapes):
+        return None
+    d = {"spec": spec.key(), "q": shapes[0], "k": shapes[1], "v": shapes[2], "bias": _shape(bias),
+         "dtype": str(q.dtype).replace("torch.", ""), "grad": [bool(needs_grad), bool(need_dbias)],
+         **(plat or platform())}
+    return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+
+def lookup(key: Optional[str]) -> Optional[Measurement]:
+    entry = cache.get(key) if key else None
+    return Measurement.from_entry(entry) if entry else None
+
+
+def measure(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool, key: str,
+            timer=None) -> Optional[Measurement]:
+    """Time the two candidates of this site and store the result (None: the site cannot be rebuilt)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    from .candidates import build
+    with unset_fake_temporarily():
+        pair = build(q, k, v, bias, spec, needs_grad, need_dbias)
+        if pair is None:
+            return None
+        sync = torch.cuda.synchronize if q.device.type == "cuda" else None
+        m = measure_pair(*pair, timer=timer or wall_timer(sync))
+    cache.put(key, m.as_entry(site=spec.describe()))
+    measured_log.append({"key": key, "te_ms": m.te_ms, "tc_ms": m.tc_ms, "seconds": m.seconds})
+    echo = _progress.get()
+    if echo:
+        pick = "cuDNN" if serve_on_cudnn(m) else "torch.compile"
+        echo(f"  site {len(measured_log)}: {spec.describe()}: {m.te_ms:.3f} ms on cuDNN vs {m.tc_ms:.3f} ms "
+             f"torch.compile -> {pick} ({m.seconds:.1f} s)")
+    log.info("te_compile: measured %s: %.3f ms on cuDNN vs %.3f ms torch.compile (%.1f s)", spec.describe(),
+             m.te_ms, m.tc_ms, m.seconds)
+    return m
+
+
+def describe(m: Measurement, plat: Optional[dict] = None) -> str:
+    from ..cudnn.versions import describe as version
+    p = plat or platform()
+    return (f"measured: {m.te_ms:.3f} ms on cuDNN vs {m.tc_ms:.3f} ms torch.compile, noise {100 * m.noise:.0f}% "
+            f"({p['gpu']}, cuDNN {version(p['cudnn'])})")
+
+
+def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
+                 cuda_graphs: bool = False) -> Optional[str]:
+    """Why the site stays with torch.compile for speed, or None (serve it on cuDNN)."""
+    from ..cudnn.cost import slower_reason
+    if spec.impl != "cudnn" or cuda_graphs:
+        return slower_reason(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)
+    key = site_key(q, k, v, bias, spec, needs_grad, need_dbias)
+    m = lookup(key)
+    if m is None and key is not None and is_measuring():
+        try:
+            m = measure(q, k, v, bias, spec, needs_grad, need_dbias, key)
+        except Exception as e:  # noqa: BLE001 - a failed measurement must not fail the user's compile
+            log.warning("te_compile: measuring %s failed (%s: %s); the cost model decides it", spec.describe(),
+                        type(e).__name__, e)
+    if m is None:
+        return slower_reason(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)
+    if serve_on_cudnn(m):
+        log.info("te_compile: serving %s on cuDNN, %s", spec.describe(), describe(m))
+        return None
+    what = "training step" if needs_grad else "forward"
+    return Reason(f"kept for speed ({what}): {describe(m)}; cuDNN must win by more than the noise "
+                  "(te_compile.tuning); te_compile.backend(serve='always') serves it anyway", SLOWER)
+
+
+__all__ = ["speed_reason", "measuring", "progress", "is_measuring", "site_key", "lookup", "measure", "describe", "platform",
+           "measured_log"]

@@ -1,0 +1,34 @@
+"""``te_compile.tune(model, *args)`` and ``te-compile tune MODULE:FACTORY``: measure a model's sites ahead of time.
+
+Compiles the model once with te_compile (through ``explain``: its compiled entries are its own, so the user's
+recompile budget is untouched), with measuring on: each site cuDNN can serve and the cache does not know yet is
+timed against torch.compile's candidate on this GPU and stored (te_compile.tuning.cache). Later compiles of the
+same sites (any process, same GPU, cuDNN and torch) decide from the cache and measure nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional
+
+from . import measured_log, measuring, progress
+
+
+def tune(fn: Callable, *args: Any, mode: Optional[str] = None, echo: Optional[Callable[[str], None]] = print,
+         **kwargs: Any):
+    """Measure ``fn``'s undecided sites on ``args``; returns (report, measurements made now). ``echo`` gets one
+    progress line per measured site (None: silent)."""
+    from ..explain import explain
+
+    start, t0 = len(measured_log), time.perf_counter()
+    with measuring(), progress(echo):
+        report = explain(fn, *args, mode=mode, serve="fastest", **kwargs)
+    made = measured_log[start:]
+    if echo:
+        echo(f"te-compile tune: {len(made)} site(s) measured in {time.perf_counter() - t0:.1f} s; "
+             f"{len(report.decisions)} site(s) in the model, {sum(d.runs_on == 'cudnn' for d in report.decisions)} "
+             "on cuDNN")
+    return report, made
+
+
+__all__ = ["tune"]

@@ -1,0 +1,181 @@
+"""Measured decisions (te_compile.tuning): the cache, the decision with a fake timer, the site key, the
+candidates (checked against each other on the CPU), measuring once and then reading the cache."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+
+import pytest
+import torch
+
+from te_compile import tuning
+from te_compile.reasons import SLOWER, category
+from te_compile.spec import AttentionSpec
+from te_compile.tuning import cache, candidates
+from te_compile.tuning.timing import MIN_MARGIN, Measurement, measure_pair, serve_on_cudnn
+
+SDPA = AttentionSpec(mask="causal")
+PLAT = {"gpu": "NVIDIA H100 80GB HBM3", "cudnn": 91900, "torch": "2.11.0"}
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
+
+
+def _meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def test_cache_miss_then_hit():
+    assert cache.get("k") is None
+    cache.put("k", {"te_ms": 1.0})
+    assert cache.get("k") == {"te_ms": 1.0}
+    assert cache.path().startswith(os.environ[cache.ENV])
+
+
+def test_corrupt_cache_reads_empty_and_is_replaced(monkeypatch):
+    warned = []
+    monkeypatch.setattr(cache.log, "warning", lambda msg, *a: warned.append(msg % a))
+    os.makedirs(cache.cache_dir(), exist_ok=True)
+    with open(cache.path(), "w") as f:
+        f.write("{not json")
+    assert cache.get("k") is None
+    assert "unreadable measurement cache" in warned[0]
+    cache.put("k", {"te_ms": 2.0})
+    assert cache.get("k") == {"te_ms": 2.0}
+
+
+def test_other_format_is_ignored():
+    os.makedirs(cache.cache_dir(), exist_ok=True)
+    with open(cache.path(), "w") as f:
+        json.dump({"format": cache.FORMAT + 1, "entries": {"k": {"te_ms": 1.0}}}, f)
+    assert cache.get("k") is None
+
+
+def _writer(args):
+    d, i = args
+    os.environ[cache.ENV] = d
+    for j in range(10):
+        cache.put(f"w{i}-{j}", {"i": i, "j": j})
+
+
+def test_concurrent_writers_keep_every_entry(tmp_path):
+    d = str(tmp_path / "shared")
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        pool.map(_writer, [(d, i) for i in range(4)])
+    os.environ[cache.ENV] = d
+    assert len(cache.entries()) == 40
+
+
+def test_site_key_changes_with_the_platform_and_the_site():
+    q = _meta(2, 8, 1024, 64)
+    key = tuning.site_key(q, q, q, None, SDPA, True, False, PLAT)
+    assert key == tuning.site_key(q, q, q, None, SDPA, True, False, dict(PLAT))
+    assert key != tuning.site_key(q, q, q, None, SDPA, True, False, {**PLAT, "cudnn": 92700})
+    assert key != tuning.site_key(q, q, q, None, SDPA, True, False, {**PLAT, "gpu": "NVIDIA H200"})
+    assert key != tuning.site_key(q, q, q, None, SDPA, False, False, PLAT)
+    assert key != tuning.site_key(_meta(2, 8, 2048, 64), q, q, None, SDPA, True, False, PLAT)
+
+
+def _fake_timer(times):
+    """timer whose result depends on which candidate runs (fn() returns its name) and on the call count."""
+    calls = {"n": 0}
+
+    def timer(fn, iters):
+        calls["n"] += 1
+        return times[fn()](calls["n"])
+    return timer
+
+
+def test_measure_pair_alternates_and_takes_medians():
+    order = []
+    te = lambda: order.append("te") or "te"  # noqa: E731
+    tc = lambda: order.append("tc") or "tc"  # noqa: E731
+    m = measure_pair(te, tc, _fake_timer({"te": lambda n: 1.0, "tc": lambda n: 2.0 + (n % 2) * 0.1}),
+                     rounds=4, warmup=0)
+    assert order == ["te", "tc", "tc", "te", "te", "tc", "tc", "te"]
+    assert m.te_ms == 1.0 and 2.0 <= m.tc_ms <= 2.1 and m.rounds == 4 and m.noise == pytest.approx(0.1 / m.tc_ms)
+
+
+@pytest.mark.parametrize("te,tc,noise,serve", [(1.0, 2.0, 0.0, True), (1.0, 1.02, 0.0, False),
+                                               (1.0, 1.1, 0.2, False), (1.0, 1.3, 0.2, True), (2.0, 1.0, 0.0, False)])
+def test_serve_only_when_faster_by_more_than_the_noise(te, tc, noise, serve):
+    assert serve_on_cudnn(Measurement(te, tc, noise, 5)) is serve
+    assert MIN_MARGIN > 0
+
+
+def test_speed_reason_reads_the_cache(monkeypatch):
+    monkeypatch.setattr(tuning, "platform", lambda *a: PLAT)
+    q = _meta(2, 8, 4096, 128)
+    key = tuning.site_key(q, q, q, None, SDPA, True, False)
+    cache.put(key, Measurement(0.61, 1.01, 0.02, 5).as_entry())
+    assert tuning.speed_reason(q, q, q, None, SDPA, True, False) is None
+    cache.put(key, Measurement(1.01, 0.61, 0.02, 5).as_entry())
+    why = tuning.speed_reason(q, q, q, None, SDPA, True, False)
+    assert category(why) == SLOWER and "measured: 1.010 ms on cuDNN vs 0.610 ms torch.compile" in why
+    assert "NVIDIA H100 80GB HBM3, cuDNN 9.19" in why
+
+
+def test_without_a_measurement_the_model_decides_and_says_so(monkeypatch):
+    monkeypatch.setattr(tuning, "platform", lambda *a: PLAT)
+    q = _meta(4, 8, 1024, 64)
+    why = tuning.speed_reason(q, q, q, None, SDPA, True, False)
+    assert why is not None and "cost model" in why and "te-compile tune" in why
+
+
+def test_measuring_fills_the_cache_once(monkeypatch):
+    """A site measured inside measuring() is stored; the second decision reads the cache (0 new measurements)."""
+    monkeypatch.setattr(tuning, "platform", lambda *a: PLAT)
+    q = torch.randn(1, 2, 64, 16, dtype=torch.bfloat16)
+    before = len(tuning.measured_log)
+    with tuning.measuring():
+        first = tuning.speed_reason(q, q, q, None, SDPA, True, False)
+        second = tuning.speed_reason(q, q, q, None, SDPA, True, False)
+    assert len(tuning.measured_log) == before + 1
+    assert first == second
+    assert len(cache.entries()) == 1
+
+
+def test_flex_candidates_compute_the_same_attention():
+    """torch.compile's flex candidate, rebuilt from the spec's ScoreExprs, computes what te_compile's op
+    computes (CPU: the op's reference kernel; flex has no CPU backward, so the forward)."""
+    spec = AttentionSpec(scale=0.25, source="flex", score="(mul (tanh (div score 20.0)) 20.0)",
+                         mask_mod="(ge q_idx kv_idx)", block_q=128, block_kv=128, block_full=True)
+    q = torch.empty(1, 2, 128, 16)
+    te, tc = candidates.build(q, q, q, None, spec, False, False, device=torch.device("cpu"))
+    torch.testing.assert_close(te(), tc(), rtol=1e-4, atol=1e-4)
+
+
+def test_gathered_flex_sites_are_left_to_the_model():
+    spec = AttentionSpec(scale=0.25, source="flex", empty_rows=True)
+    q = torch.empty(1, 2, 64, 16)
+    assert candidates.build(q, q, q, q, spec, False, False, device=torch.device("cpu")) is None
+
+
+def test_tune_on_a_cpu_model_measures_nothing_and_says_so():
+    import te_compile
+    lines = []
+    q = torch.randn(1, 2, 32, 16)
+    report, made = te_compile.tune(lambda q: torch.nn.functional.scaled_dot_product_attention(q, q, q), q,
+                                   echo=lines.append)
+    assert made == [] and len(report.decisions) == 1
+    assert lines[-1].startswith("te-compile tune: 0 site(s) measured")
+
+
+def test_max_autotune_modes_measure():
+    import importlib
+    backend = importlib.import_module("te_compile.backend")
+    assert backend._autotunes("max-autotune", None) and backend._autotunes("max-autotune-no-cudagraphs", None)
+    assert backend._autotunes(None, {"max_autotune": True})
+    assert not backend._autotunes(None, None) and not backend._autotunes("reduce-overhead", None)
+
+
+def test_cli_tune_list(capsys):
+    from te_compile.__main__ import main
+    cache.put("k", {"site": "mask=causal", "te_ms": 0.5, "tc_ms": 0.7})
+    assert main(["tune", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "1 measurement(s)" in out and "mask=causal: 0.500 ms cuDNN vs 0.700 ms torch.compile" in out
