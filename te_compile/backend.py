@@ -19,6 +19,7 @@ import torch
 from torch.fx import GraphModule
 
 from .passes.decision import TARGETS
+from .passes.find import example_value
 from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
 from . import stale_outputs, tuning
@@ -273,6 +274,9 @@ def _finish(gm: GraphModule, decisions: list, options: Options) -> None:
         msg = ("te_compile: verify=True compares cuDNN with the reference math, but no attention site of this "
                "graph runs on cuDNN (CPU inputs, target='reference', or kept sites): nothing is verified")
         warnings.warn(msg, RuntimeWarning, stacklevel=2)  # once (not also logged: the CLI would print it twice)
+    for d in decisions:  # why a served site was judged faster (te_compile.tuning), for the report
+        if d.runs_on == "cudnn" and d.spec is not None and not d.reason:
+            d.note = tuning.served_note(d.spec, example_value(d.site.q))
     report = GraphReport(_graph_counter, decisions, gm.code, options, _cudnn_version(decisions, options))
     record(report)
     for d in decisions:

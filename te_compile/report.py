@@ -97,7 +97,7 @@ def site_row(d: Decision) -> dict[str, Any]:
         "dbias": d.dbias_note,
         "runs_on": d.runs_on,
         "spec": d.spec.key() if d.spec else None,
-        "reason": d.reason,
+        "reason": d.reason or d.note,
         "category": category(d.reason) if d.reason else None,
     }
 

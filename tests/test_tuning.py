@@ -113,6 +113,7 @@ def test_speed_reason_reads_the_cache(monkeypatch):
     key = tuning.site_key(q, q, q, None, SDPA, True, False)
     cache.put(key, Measurement(0.61, 1.01, 0.02, 5).as_entry())
     assert tuning.speed_reason(q, q, q, None, SDPA, True, False) is None
+    assert tuning.served_note(SDPA, q).startswith("served: measured: 0.610 ms on cuDNN vs 1.010 ms torch.compile")
     cache.put(key, Measurement(1.01, 0.61, 0.02, 5).as_entry())
     why = tuning.speed_reason(q, q, q, None, SDPA, True, False)
     assert category(why) == SLOWER and "measured: 1.010 ms on cuDNN vs 0.610 ms torch.compile" in why
@@ -124,6 +125,11 @@ def test_without_a_measurement_the_model_decides_and_says_so(monkeypatch):
     q = _meta(4, 8, 1024, 64)
     why = tuning.speed_reason(q, q, q, None, SDPA, True, False)
     assert why is not None and "cost model" in why and "te-compile tune" in why
+    softcap = AttentionSpec(scale=0.1, source="flex", score="(mul (tanh (div score 30.0)) 30.0)")
+    big = _meta(2, 16, 4096, 128)
+    assert tuning.speed_reason(big, big, big, None, softcap, True, False) is None  # the model serves it
+    note = tuning.served_note(softcap, big)
+    assert note.startswith("served: the cost model estimates") and "not measured here" in note
 
 
 def test_measuring_fills_the_cache_once(monkeypatch):

@@ -82,6 +82,8 @@ class Decision:
     plan: Optional[FlexPlan] = None  # flex: what apply() inserts
     replacement: Optional[str] = None  # name of the node that now carries the output (set by apply)
     replaced: Optional[dict] = None  # old node -> the node that now stands for it (set by apply)
+    #: a served site's speed basis for the report ("served: measured ..." / "served: the cost model ...")
+    note: str = ""
 
     @property
     def name(self) -> str:

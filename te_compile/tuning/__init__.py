@@ -125,6 +125,34 @@ def describe(m: Measurement, plat: Optional[dict] = None) -> str:
             f"({p['gpu']}, cuDNN {version(p['cudnn'])})")
 
 
+_notes: dict = {}
+
+
+def _note_key(spec: AttentionSpec, q) -> tuple:
+    return spec.key(), None if q is None else tuple(_shape(q) or ())
+
+
+def served_note(spec: AttentionSpec, q) -> str:
+    """What the serve decision of this site (spec, q's shape) was based on, or "" (not decided by speed)."""
+    return _notes.get(_note_key(spec, q), "")
+
+
+def _served(spec: AttentionSpec, q, note: str) -> None:
+    if len(_notes) > 4096:
+        _notes.clear()
+    _notes[_note_key(spec, q)] = note
+
+
+def _model_note(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> str:
+    from ..cudnn.cost import estimate
+    est = estimate(q, k, v, bias, spec, needs_grad, need_dbias)
+    if est is None:
+        return "served: symbolic shapes (the cost model decides at the size this compile saw)"
+    what = "training step" if needs_grad else "forward"
+    return (f"served: the cost model estimates {est['te_compile']:.2f} ms per {what} on te_compile vs "
+            f"{est['torch.compile']:.2f} ms on torch.compile ({est['class']}; not measured here: te-compile tune)")
+
+
 def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
                  cuda_graphs: bool = False) -> Optional[str]:
     """Why the site stays with torch.compile for speed, or None (serve it on cuDNN)."""
@@ -140,14 +168,17 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
             log.warning("te_compile: measuring %s failed (%s: %s); the cost model decides it", spec.describe(),
                         type(e).__name__, e)
     if m is None:
-        return slower_reason(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)
+        why = slower_reason(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)
+        if not why:
+            _served(spec, q, _model_note(q, k, v, bias, spec, needs_grad, need_dbias))
+        return why
     if serve_on_cudnn(m):
-        log.info("te_compile: serving %s on cuDNN, %s", spec.describe(), describe(m))
+        _served(spec, q, f"served: {describe(m)}")
         return None
     what = "training step" if needs_grad else "forward"
     return Reason(f"kept for speed ({what}): {describe(m)}; cuDNN must win by more than the noise "
                   "(te_compile.tuning); te_compile.backend(serve='always') serves it anyway", SLOWER)
 
 
-__all__ = ["speed_reason", "measuring", "progress", "is_measuring", "site_key", "lookup", "measure", "describe", "platform",
+__all__ = ["speed_reason", "served_note", "measuring", "progress", "is_measuring", "site_key", "lookup", "measure", "describe", "platform",
            "measured_log"]
