@@ -295,6 +295,11 @@ def make_case(seed: int, device: str, peer: Optional[Any] = None) -> Case:
         c.HKV = c.H
         c.S = c.L
         return c
+    if k < 0.12:  # ALiBi + causal with cuDNN's own slopes (computed from h): cuDNN's native ALiBi when L == S
+        c.S = c.L if r.random() < 0.8 else c.S
+        c.score = _source("score", f"score + torch.exp2(-((h + 1) * 8.0 / {c.H})) * (kv_idx - q_idx)")
+        c.mask = _source("mask", "q_idx >= kv_idx")
+        return c
     g = _Gen(r, c)
     if r.random() < 0.85:
         c.score = _source("score", g.fexpr(r.randint(1, 3)) if r.random() < 0.8 else g.term(1) + " + score")
