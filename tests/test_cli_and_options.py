@@ -223,3 +223,14 @@ def test_cli_explain_mode_and_code():
     r = _cli("explain", "te_compile.demo:example", "--target", "reference", "--mode", "reduce-overhead", "--code")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "3 attention site(s)" in r.stdout and "# graph 0" in r.stdout and "te_compile.attn_fwd" in r.stdout
+
+
+def test_cli_tune_on_a_cpu_model(tmp_path):
+    """On a CPU model there is nothing to measure: tune says so per line and leaves the cache empty."""
+    env = {"TE_COMPILE_CACHE_DIR": str(tmp_path)}
+    r = _cli("tune", "te_compile.demo:example", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "te-compile tune: te_compile.demo:example on cpu" in r.stdout
+    assert "te-compile tune: 0 site(s) measured" in r.stdout and "3 site(s) in the model" in r.stdout
+    r = _cli("tune", "--list", env=env)
+    assert r.returncode == 0 and f"0 measurement(s) in {tmp_path}" in r.stdout
