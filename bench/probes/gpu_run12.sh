@@ -1,6 +1,8 @@
 # after .cj1/stash.sh in the call before; carry .whl .cj2 idrun
 # fuzzer serve="always": HEAD on 9.19 and 9.27 (gated), and the refactor identity pair on 9.19:
-# idrun/before = the commit before the refactor, idrun/after = HEAD without the derivative change
+# idrun/before = the commit before the refactor, idrun/after = HEAD without the derivative change; made here with
+#   echo /idrun/ >> .git/info/exclude; git worktree add --detach idrun/before 64032c9
+#   git worktree add --detach idrun/after 3155c01 && (cd idrun/after && git revert --no-edit 719926b)
 . .whl/setup.sh && . .cj2/use.sh && export PYTHONPATH=$PWD:$PYTHONPATH
 nvidia-smi -L > $OUT/card.txt
 fz() { # dir seed log json [env...]
