@@ -8,6 +8,13 @@ the user's mods after te_compile's canonicalisation; ``(in i)`` terms become per
 
 A flex site whose additive term or mask gathers from captured tensors (a materialized bias) cannot be rebuilt
 from its spec: ``build`` returns None and the cost model decides it.
+
+Measuring runs inside te_compile's backend, that is inside Dynamo's compile, which holds Dynamo's compile lock.
+Inductor compiles a backward lazily, at its first call, and takes that lock; on a GPU the autograd engine runs
+the backward on its device thread, so a lazily compiled backward of the flex candidate would wait forever for
+the lock this thread holds. ``build`` therefore compiles the flex candidate's backward with its forward, on
+this thread (``force_non_lazy_backward_lowering``), and leaves a training flex site to the model where torch
+has no such switch.
 """
 
 from __future__ import annotations
@@ -65,6 +72,16 @@ def _mods(spec: AttentionSpec, heads: torch.Tensor):
     return score_mod, mask_mod
 
 
+def _compile_now(step: Callable[[], object]) -> bool:
+    """Run ``step`` once with the backward compiled eagerly (see the module doc); False: torch cannot."""
+    cfg = torch._functorch.config
+    if not hasattr(cfg, "force_non_lazy_backward_lowering"):
+        return False
+    with cfg.patch(force_non_lazy_backward_lowering=True):
+        step()
+    return True
+
+
 def _block_tensors(spec: AttentionSpec, bm) -> list[torch.Tensor]:
     if not spec.block_q:
         return []
@@ -102,7 +119,10 @@ def build(q, k, v, bias_like, spec: AttentionSpec, needs_grad: bool, need_dbias:
     te_fwd = (lambda: torch.ops.te_compile.attn_fwd(qq, kk, vv, None, extra, spec.key())[0])
     flex = torch.compile(flex_attention, dynamic=False)
     tc_fwd = (lambda: flex(qq, kk, vv, score_mod=score_mod, block_mask=bm, scale=spec.scale, enable_gqa=gqa))
-    return _step(te_fwd, leaves, dout, needs_grad), _step(tc_fwd, leaves, dout, needs_grad)
+    tc = _step(tc_fwd, leaves, dout, needs_grad)
+    if needs_grad and not _compile_now(tc):
+        return None
+    return _step(te_fwd, leaves, dout, needs_grad), tc
 
 
 __all__ = ["build"]
