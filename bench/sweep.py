@@ -26,6 +26,8 @@ import torch.nn.functional as F
 MODE = None
 #: forward-only steps on inputs that need no gradient (--infer): inference as users run it
 INFER = False
+#: te_compile.tune each case before measuring it (--tune): the default policy then decides from measurements
+TUNE = False
 
 
 def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10) -> tuple[float, float, float]:
@@ -136,8 +138,14 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
     row = {"case": name, "shape": [*args[0].shape[:3], args[0].shape[3], args[1].shape[1]]}
     torch._dynamo.reset()
     fns = {}
+    if TUNE:  # measure this case's sites into the cache (a compile of its own) before the columns compile
+        t0 = time.perf_counter()
+        _, made = te_compile.tune(fn, *args, echo=log)
+        row["tune"] = {"measured": len(made), "seconds": time.perf_counter() - t0}
+        torch._dynamo.reset()
     cases = [("te_compile", "te_compile", fn), ("torch.compile", "inductor", fn)]
-    cases += [(n, "inductor", f) for n, f in (others or {}).items()]
+    cases += [(n, te_compile.backend(serve="always") if n == "always" else "inductor", f)
+              for n, f in (others or {}).items()]
     from torch._dynamo.utils import counters
 
     from te_compile.report import Report, record_reports
@@ -171,11 +179,16 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
     te, tc = row.get("te_compile", {}), row.get("torch.compile", {})
     row["ratio"] = tc["ms"] / te["ms"] if "ms" in te and "ms" in tc else None
     row["loop_ratio"] = tc["loop_ms"] / te["loop_ms"] if "loop_ms" in te and "loop_ms" in tc else None
+    alw = row.get("always", {})
+    if "ms" in alw and "ms" in tc and "ms" in te:  # the oracle: the faster of serve="always" and torch.compile
+        row["vs_oracle"] = min(alw["ms"], tc["ms"]) / te["ms"]
     ctl = row.get("control", {})
     if "ms" in ctl and "ms" in tc:  # the same plain torch.compile twice: the noise floor of the ratio
         row["control_aa"] = [tc["ms"] / ctl["ms"], tc["loop_ms"] / ctl["loop_ms"]]
     vs = ""
     for n in others or {}:
+        if n == "always":
+            continue
         o = row.get(n, {})
         row[f"ratio_vs_{n}"] = o["ms"] / te["ms"] if "ms" in te and "ms" in o else None
         vs += (f"  {n} {o['ms']:8.3f} ms {row[f'ratio_vs_{n}']:5.2f}x" if "ms" in o and "ms" in te
@@ -185,8 +198,17 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
         f"({tc.get('host_us', float('nan')):6.0f} us host)  {row['ratio'] or float('nan'):5.2f}x "
         f"(loop {row['loop_ratio'] or float('nan'):4.2f}x){vs}  "
         + (f"  A/A {row['control_aa'][0]:4.2f}x (loop {row['control_aa'][1]:4.2f}x)" if "control_aa" in row else "")
+        + (f"  always {alw['ms']:8.3f} ms, default/oracle {row['vs_oracle']:4.2f}x" if "vs_oracle" in row else "")
         + f"  graphs/skips {row.get('graphs')}  {row.get('reason', '')}")
     return row
+
+
+def _extra(a, fn) -> dict:
+    """The extra columns --control and --always ask for."""
+    out = {"control": fn} if a.control else {}
+    if a.always:
+        out["always"] = fn
+    return out
 
 
 def main() -> int:
@@ -202,9 +224,14 @@ def main() -> int:
     p.add_argument("--infer", action="store_true", help="forward-only steps on inputs that need no gradient")
     p.add_argument("--control", action="store_true",
                    help="add a second plain torch.compile column: its ratio to the first is the noise floor")
+    p.add_argument("--tune", action="store_true",
+                   help="te_compile.tune each case first (fills the measurement cache), so the te_compile column's "
+                        "default policy decides from measurements; with --always, the ratio to the oracle")
+    p.add_argument("--always", action="store_true",
+                   help="add a te_compile column with serve='always': the oracle is the faster of it and torch.compile")
     a = p.parse_args()
-    global MODE, INFER
-    MODE, INFER = a.mode, a.infer
+    global MODE, INFER, TUNE
+    MODE, INFER, TUNE = a.mode, a.infer, a.tune
     import torch._inductor.config as ic
     ic.compile_threads = 1  # the compile workers' start-up slows the host side of measurements (cudnn-notes)
     rows = []
@@ -215,7 +242,7 @@ def main() -> int:
                              (1, 16384, 128, 16)):
             args = _qkv(B, 16, L, D, Hkv)
             for name, fn in sdpa_variants().items():
-                rows.append(measure_pair(name, fn, args, a.iters, log, others={"control": fn} if a.control else None))
+                rows.append(measure_pair(name, fn, args, a.iters, log, others=_extra(a, fn)))
             if Hkv == 16 and L in (1024, 4096, 8192):
                 # masks: a bool padding mask, a frozen float bias, a learned float bias
                 g = torch.Generator(device="cuda").manual_seed(1)
@@ -224,8 +251,8 @@ def main() -> int:
                 bias = torch.randn(1, 16, L, L, device="cuda", dtype=torch.bfloat16, generator=g) * 0.5
                 for name, m in (("sdpa bool mask", pad), ("sdpa frozen bias", bias),
                                 ("sdpa learned bias", bias.clone().requires_grad_())):
-                    rows.append(measure_pair(name, lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
-                                             args + [m], a.iters, log))
+                    fm = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
+                    rows.append(measure_pair(name, fm, args + [m], a.iters, log, others=_extra(a, fm)))
     else:
         B, H, L, D = (int(x) for x in a.shape.split(","))
         args = _qkv(B, H, L, D)
@@ -235,8 +262,7 @@ def main() -> int:
             if wanted and name.removeprefix("flex ") not in wanted:
                 continue
             others = {"FLASH": flash[name]} if name in flash else {}
-            if a.control:
-                others["control"] = fn
+            others.update(_extra(a, fn))
             rows.append(measure_pair(name, fn, args, a.iters, log, rounds=a.rounds, others=others))
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
@@ -245,6 +271,10 @@ def main() -> int:
     lr = [r["loop_ratio"] for r in rows if r.get("loop_ratio")]
     if lr:
         log(f"loop throughput: geomean {math.exp(sum(map(math.log, lr)) / len(lr)):.2f}x, min {min(lr):.2f}x")
+    vo = [r["vs_oracle"] for r in rows if r.get("vs_oracle")]
+    if vo:
+        log(f"default policy / oracle: geomean {math.exp(sum(map(math.log, vo)) / len(vo)):.2f}x, min {min(vo):.2f}x "
+            f"over {len(vo)} rows; sites measured while tuning: {sum(r.get('tune', {}).get('measured', 0) for r in rows)}")
     aa = [r["control_aa"] for r in rows if r.get("control_aa")]
     if aa:
         log(f"A/A (torch.compile vs itself): events {min(x[0] for x in aa):.2f}-{max(x[0] for x in aa):.2f}x, "
