@@ -26,6 +26,7 @@ def main() -> int:
     import te_compile
     p = argparse.ArgumentParser()
     p.add_argument("--shape", default="8,16,1024,64")
+    p.add_argument("--sort", default="tottime", help="cProfile order (tottime, cumulative)")
     a = p.parse_args()
     import torch._inductor.config as ic
     ic.compile_threads = 1
@@ -57,7 +58,7 @@ def main() -> int:
         print(f"--- ops issued per step: {name}")
         print("\n".join(aten_ops(s)))
     print("--- cProfile te_compile step (200 steps, by own time)")
-    print_profile(steps["te_compile"], n=200, limit=45)
+    print_profile(steps["te_compile"], n=200, sort=a.sort, limit=70)
     print("--- cProfile te op direct (200 steps, by own time)")
     print_profile(steps["te op direct (tuning's candidate)"], n=200, limit=20)
     for name, s in steps.items():
