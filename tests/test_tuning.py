@@ -114,10 +114,10 @@ def test_speed_reason_reads_the_cache(monkeypatch):
     cache.put(key, Measurement(0.61, 1.01, 0.02, 5).as_entry())
     assert tuning.speed_reason(q, q, q, None, SDPA, True, False) is None
     assert tuning.served_note(SDPA, q).startswith("served: measured: 0.610 ms on cuDNN vs 1.010 ms torch.compile")
-    cache.put(key, Measurement(1.01, 0.61, 0.02, 5).as_entry())
+    cache.put(key, Measurement(1.01, 0.61, 0.02, 5, seconds=3.25).as_entry())
     why = tuning.speed_reason(q, q, q, None, SDPA, True, False)
     assert category(why) == SLOWER and "measured: 1.010 ms on cuDNN vs 0.610 ms torch.compile" in why
-    assert "NVIDIA H100 80GB HBM3, cuDNN 9.19" in why
+    assert "NVIDIA H100 80GB HBM3, cuDNN 9.19, tuning took 3.2 s" in why  # the tuning time of the site
 
 
 def test_without_a_measurement_the_model_decides_and_says_so(monkeypatch):
@@ -185,3 +185,43 @@ def test_cli_tune_list(capsys):
     assert main(["tune", "--list"]) == 0
     out = capsys.readouterr().out
     assert "1 measurement(s)" in out and "mask=causal: 0.500 ms cuDNN vs 0.700 ms torch.compile" in out
+
+
+def test_noise_leaves_out_one_stray_round():
+    from te_compile.tuning.timing import spread
+    assert spread([1.0, 1.0, 1.0, 1.0, 5.0]) == 0.0  # one stray round among five
+    assert spread([1.0, 1.1, 1.2, 1.3, 1.4]) == pytest.approx(0.2 / 1.2)
+    assert spread([1.0, 2.0]) == pytest.approx(1.0 / 1.5)  # too few rounds to leave any out
+
+
+def test_rounds_last_about_the_target_time():
+    seen = []
+
+    def timer(fn, iters):
+        seen.append(iters)
+        return {"te": 1.0, "tc": 2.0}[fn()]
+    measure_pair(lambda: "te", lambda: "tc", timer, rounds=2, warmup=0, target_ms=20.0)
+    assert seen[:2] == [1, 1] and set(seen[2:]) == {10}  # one probe call each, then 20 ms / 2 ms per call
+
+
+def test_candidates_are_compiled_and_never_share_a_recompile_budget():
+    """Each candidate is compiled with a code object of its own: measuring more sites than Dynamo's recompile
+    limit still compiles every candidate, and flex_attention's own code object (which users compile) gets no
+    entry from a measurement."""
+    from torch._dynamo.utils import counters
+    from torch.nn.attention.flex_attention import flex_attention
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    with torch._dynamo.config.patch(**{limit: 1}):
+        _build_three_sites(counters)
+    entries = torch._C._dynamo.eval_frame._debug_get_cache_entry_list(flex_attention.__code__)
+    assert entries == []
+
+
+def _build_three_sites(counters) -> None:
+    q = torch.empty(1, 2, 64, 16)
+    for i in range(3):
+        before = counters["stats"]["unique_graphs"]
+        spec = AttentionSpec(scale=0.1 * (i + 1), source="flex", score=f"(mul (tanh (div score {20 + i}.0)) {20 + i}.0)")
+        te, tc = candidates.build(q, q, q, None, spec, False, False, device=torch.device("cpu"))
+        torch.testing.assert_close(te(), tc(), rtol=1e-4, atol=1e-4)
+        assert counters["stats"]["unique_graphs"] - before == 2, f"site {i}: a candidate ran without compiling"

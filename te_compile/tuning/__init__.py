@@ -33,6 +33,8 @@ from .timing import Measurement, measure_pair, serve_on_cudnn, wall_timer
 log = logging.getLogger("te_compile")
 _measuring: contextvars.ContextVar[bool] = contextvars.ContextVar("te_compile_measuring", default=False)
 _progress: contextvars.ContextVar = contextvars.ContextVar("te_compile_tune_progress", default=None)
+#: the length of one timed round of one candidate, ms (each round runs as many calls as fit)
+ROUND_MS = 25.0
 #: sites measured in this process (for ``tune``'s summary and the tests: a second run measures nothing)
 measured_log: list[dict] = []
 
@@ -97,15 +99,20 @@ def lookup(key: Optional[str]) -> Optional[Measurement]:
 def measure(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool, key: str,
             timer=None) -> Optional[Measurement]:
     """Time the two candidates of this site and store the result (None: the site cannot be rebuilt)."""
+    import dataclasses
+    import time
+
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     from .candidates import build
+    t0 = time.perf_counter()
     with unset_fake_temporarily():
         pair = build(q, k, v, bias, spec, needs_grad, need_dbias)
         if pair is None:
             return None
         sync = torch.cuda.synchronize if q.device.type == "cuda" else None
-        m = measure_pair(*pair, timer=timer or wall_timer(sync))
+        m = measure_pair(*pair, timer=timer or wall_timer(sync), target_ms=ROUND_MS)
+    m = dataclasses.replace(m, seconds=time.perf_counter() - t0)  # the candidates' compiles included
     cache.put(key, m.as_entry(site=spec.describe()))
     measured_log.append({"key": key, "te_ms": m.te_ms, "tc_ms": m.tc_ms, "seconds": m.seconds})
     echo = _progress.get()
@@ -121,8 +128,9 @@ def measure(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bo
 def describe(m: Measurement, plat: Optional[dict] = None) -> str:
     from ..cudnn.versions import describe as version
     p = plat or platform()
+    took = f", tuning took {m.seconds:.1f} s" if m.seconds else ""
     return (f"measured: {m.te_ms:.3f} ms on cuDNN vs {m.tc_ms:.3f} ms torch.compile, noise {100 * m.noise:.0f}% "
-            f"({p['gpu']}, cuDNN {version(p['cudnn'])})")
+            f"({p['gpu']}, cuDNN {version(p['cudnn'])}{took})")
 
 
 _notes: dict = {}

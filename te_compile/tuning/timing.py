@@ -1,8 +1,9 @@
 """Timing two candidates for one site, and the decision that follows from the numbers.
 
 ``measure_pair`` runs te_compile's candidate and torch.compile's in alternating rounds (so drift in clocks or
-host load falls on both), each round the median of a few timed calls after warm-up, and reports each side's
-median over rounds and the noise (the spread of the rounds). ``serve_on_cudnn`` says cuDNN wins only when it is
+host load falls on both), each round a loop of calls after warm-up (as many as fill ``target_ms``), and reports
+each side's median over rounds and the noise: the spread of the rounds, leaving out the fastest and the slowest
+one when there are four or more (one stray round must not decide). ``serve_on_cudnn`` says cuDNN wins only when it is
 faster by more than the noise (and at least ``MIN_MARGIN``): when unsure, the site stays with torch.compile.
 The timer is a parameter, so the decision is tested on the CPU with a fake one.
 """
@@ -25,7 +26,7 @@ Timer = Callable[[Callable[[], object], int], float]
 class Measurement:
     te_ms: float
     tc_ms: float
-    #: relative spread of the rounds ((max - min) / median, the larger of the two sides)
+    #: relative spread of the rounds ((max - min) / median without the extreme rounds, the larger side)
     noise: float
     rounds: int
     #: seconds the measurement took (warm-up included): part of compile time
@@ -63,21 +64,34 @@ def wall_timer(sync: Optional[Callable[[], None]] = None) -> Timer:
     return timer
 
 
-def measure_pair(te: Callable[[], object], tc: Callable[[], object], timer: Timer, rounds: int = 5,
-                 iters: int = 10, warmup: int = 3) -> Measurement:
-    """Median ms per call of each candidate over ``rounds`` alternating rounds of ``iters`` calls."""
+def spread(xs: list[float]) -> float:
+    """(max - min) / median of ``xs``, without the smallest and the largest when there are four or more."""
+    s = sorted(xs)
+    if len(s) >= 4:
+        s = s[1:-1]
+    m = statistics.median(xs)
+    return (s[-1] - s[0]) / m if m > 0 else 0.0
+
+
+def measure_pair(te: Callable[[], object], tc: Callable[[], object], timer: Timer, rounds: int = 7,
+                 iters: int = 10, warmup: int = 3, target_ms: Optional[float] = None) -> Measurement:
+    """Median ms per call of each candidate over ``rounds`` alternating rounds of ``iters`` calls (with
+    ``target_ms``: as many calls as make a round of the slower candidate last about that long)."""
     t0 = time.perf_counter()
     for _ in range(warmup):
         te()
         tc()
+    if target_ms:
+        one = max(timer(te, 1), timer(tc, 1), 1e-3)
+        iters = max(3, min(1000, int(target_ms / one)))
     a, b = [], []
     for r in range(rounds):
         first, second = ((te, a), (tc, b)) if r % 2 == 0 else ((tc, b), (te, a))
         for fn, out in (first, second):
             out.append(timer(fn, iters))
     ma, mb = statistics.median(a), statistics.median(b)
-    noise = max((max(x) - min(x)) / m if m > 0 else 0.0 for x, m in ((a, ma), (b, mb)))
+    noise = max(spread(a), spread(b))
     return Measurement(ma, mb, noise, rounds, time.perf_counter() - t0)
 
 
-__all__ = ["Measurement", "measure_pair", "serve_on_cudnn", "wall_timer", "MIN_MARGIN", "Timer"]
+__all__ = ["Measurement", "measure_pair", "serve_on_cudnn", "spread", "wall_timer", "MIN_MARGIN", "Timer"]
