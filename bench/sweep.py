@@ -5,7 +5,8 @@
 
 Each row is one attention call as a training step (forward + backward, q/k/v require grad, a fixed
 upstream gradient), timed back to back between CUDA events after warm-up (median of --iters),
-plus the host time per step (a loop without syncs; short kernels let the host show). Every row is
+plus the host time per step (a loop without syncs; short kernels let the host show) and the CUDA kernel time
+per step (profiler; the refit of the cost model reads it: te-compile calibrate). Every row is
 printed, the ones te_compile loses included; the ratio is torch.compile's time / te_compile's.
 """
 
@@ -78,6 +79,43 @@ def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10) -> tuple[flo
         if isinstance(a, torch.Tensor):
             a.grad = None
     return dev, host, loop
+
+
+def kernel_ms(fn: Callable, args: list, steps: int = 10) -> float | None:
+    """CUDA kernel time per step from the profiler (the GPU's work alone, whatever the host costs); None under
+    --mode (CUDA-graph replays)."""
+    if MODE:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+    out = fn(*args)
+    dout = torch.randn_like(out)
+
+    def step():
+        o = fn(*args)
+        if not INFER:
+            o.backward(dout)
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            a.grad = None
+    return sum(e.self_device_time_total for e in kernels) / steps / 1e3
+
+
+def _site_class(rep, args) -> str | None:
+    """cost.site_class of the (first) site te_compile served in the measured function, for the refit."""
+    from te_compile.cudnn.cost import site_class
+    for d in rep.decisions:
+        if d.runs_on == "cudnn" and d.spec is not None:
+            q, k = args[0], args[1]
+            bias = args[3] if len(args) > 3 and isinstance(args[3], torch.Tensor) else None
+            return site_class(d.spec, bias, d.need_dbias, q.shape[2], k.shape[2], q.shape[1])[0]
+    return None
 
 
 def _qkv(B, H, L, D, Hkv=None):
@@ -162,6 +200,7 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
                 rep = Report(list(graphs))
                 row["served"] = rep.summary()["cudnn"]
                 row["reason"] = "; ".join(d.reason for d in rep.decisions if d.reason)[:160]
+                row["class"] = _site_class(rep, args)
         except Exception as e:  # noqa: BLE001 - a refused case is a row, not a failure
             row[impl] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
             fns.pop(impl, None)
@@ -175,6 +214,9 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
                 best[impl] = {"ms": dev, "host_us": host}
     for impl, ls in loops.items():
         best[impl]["loop_ms"] = statistics.median(ls)
+        km = kernel_ms(fns[impl], args)
+        if km is not None:
+            best[impl]["kernel_ms"] = km
     row.update(best)
     te, tc = row.get("te_compile", {}), row.get("torch.compile", {})
     row["ratio"] = tc["ms"] / te["ms"] if "ms" in te and "ms" in tc else None
@@ -196,6 +238,7 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
     log(f"{name:24s} {str(row['shape']):24s} served {row.get('served', '?')}  te {te.get('ms', float('nan')):8.3f} ms "
         f"({te.get('host_us', float('nan')):6.0f} us host)  tc {tc.get('ms', float('nan')):8.3f} ms "
         f"({tc.get('host_us', float('nan')):6.0f} us host)  {row['ratio'] or float('nan'):5.2f}x "
+        f"(kernels {te.get('kernel_ms', float('nan')):.3f} / {tc.get('kernel_ms', float('nan')):.3f} ms) "
         f"(loop {row['loop_ratio'] or float('nan'):4.2f}x){vs}  "
         + (f"  A/A {row['control_aa'][0]:4.2f}x (loop {row['control_aa'][1]:4.2f}x)" if "control_aa" in row else "")
         + (f"  always {alw['ms']:8.3f} ms, default/oracle {row['vs_oracle']:4.2f}x" if "vs_oracle" in row else "")
@@ -286,7 +329,9 @@ def main() -> int:
                 f"min {min(fr):.2f}x, max {max(fr):.2f}x")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+            from te_compile.cudnn.versions import running
+            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": running(),
+                       "infer": INFER, "mode": MODE, "rows": rows}, f, indent=1)
     return 0
 
 

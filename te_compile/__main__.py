@@ -3,6 +3,7 @@
     te-compile demo [--device cpu]                  compile a small GPT, print the site report
     te-compile explain MODULE:FACTORY [--json]      report on your own model (see below)
     te-compile tune MODULE:FACTORY [--list]         measure the model's sites on this GPU, fill the cache
+    te-compile calibrate SWEEP.json... [--out F]    refit the cost model from bench/sweep.py files (one GPU)
     te-compile bench [--suite sdpa|flex|all] ...    the GPU benchmark (needs CUDA)
 
 ``explain`` takes ``MODULE:FACTORY`` where FACTORY is a callable of no arguments that returns
@@ -107,7 +108,7 @@ def _bench(argv: list[str]) -> int:
     return bench_main(argv)
 
 
-COMMANDS = ("demo", "explain", "tune", "bench")
+COMMANDS = ("demo", "explain", "tune", "calibrate", "bench")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -132,6 +133,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         return _explain(rest)
     if a.command == "tune":
         return _tune(rest)
+    if a.command == "calibrate":
+        from .cudnn.refit import main as calibrate
+
+        return calibrate(rest)
     return _bench(rest)
 
 

@@ -8,7 +8,8 @@ Per site and per step (forward + backward when gradients are needed, else forwar
     te_compile kernel = effective FLOPs / TE_TFLOPS
     torch.compile kernel = te_compile kernel * SPEED_RATIO[site class]
 
-Every constant was measured on the H200 of this project (torch 2.11, cuDNN 9.19, FE 1.32; bf16;
+These constants are the built-in calibration (``te_compile.cudnn.calibration``: refits for other GPUs and
+cuDNN versions replace them where they match the running one). Every constant was measured on the H200 of this project (torch 2.11, cuDNN 9.19, FE 1.32; bf16;
 ``bench/sweep.py``, 2026-11-26; docs/benchmarks.md). Host times are per training step of a
 one-site graph (te_compile's ops run Python per call, aten's and Inductor's do not); the speed
 ratios are torch.compile's kernel time over te_compile's at 2x16x4096x128. The model is deliberately
@@ -29,7 +30,7 @@ import torch
 from ..layout import size_hints
 from ..reasons import SLOWER, Reason
 from ..spec import AttentionSpec
-from . import prefix
+from . import calibration, prefix
 from .lowering import lower
 
 #: cuDNN SDPA throughput te_compile reaches (fwd+bwd FLOPs / time; 2x16x4096x128 no mask: 962 GFLOP in 1.84 ms)
@@ -67,6 +68,16 @@ SPEED_RATIO = {
     # measurement (the row split, mostly this band, 1.64 ms vs Inductor's 1.49 on the prefix-LM mask): kept
     "flex band without tile skipping": 0.9,
 }
+#: the table above as a calibration (te_compile.cudnn.calibration: refits for other GPUs / cuDNN versions)
+BUILTIN = calibration.Calibration("NVIDIA H200", 91900, TE_TFLOPS, HOST_MS, SPEED_RATIO,
+                                  "hand-fitted to bench/sweep.py and the probes, 2026-11-26 (te_compile/cudnn/cost.py)")
+
+
+def ratio(cal: "calibration.Calibration", cls: str) -> float:
+    """torch.compile's kernel time / te_compile's for ``cls`` (the built-in ratio where ``cal`` did not fit it)."""
+    return cal.speed_ratio.get(cls, SPEED_RATIO[cls])
+
+
 #: extra host time of the prefix split per step (two op calls and the row copies instead of one op), ms
 SPLIT_HOST_MS = {"train": 0.25, "infer": 0.08}
 
@@ -121,15 +132,22 @@ def estimate(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: b
         return None
     B, H, L, S, D, Dv = shape
     cls, density = site_class(spec, bias, need_dbias, L, S, H)
+    cal, how = calibration.current(BUILTIN)
     flops = 2.0 * B * H * L * S * (D + Dv) * density * ((1.0 + BWD_FLOPS) if needs_grad else 1.0)
-    kernel_te = flops / (TE_TFLOPS * 1e9)
-    kernel_tc = kernel_te * SPEED_RATIO[cls]
+    kernel_te = flops / (cal.te_tflops * 1e9)
+    kernel_tc = kernel_te * ratio(cal, cls)
     mode = "train" if needs_grad else "infer"
-    host = {"te_compile": 0.0, "torch.compile": 0.0} if cuda_graphs else {n: HOST_MS[n][mode] for n in HOST_MS}
+    host = ({"te_compile": 0.0, "torch.compile": 0.0} if cuda_graphs
+            else {n: cal.host_ms[n][mode] for n in ("te_compile", "torch.compile")})
     if cls == "flex prefix split" and not cuda_graphs:
         host["te_compile"] += SPLIT_HOST_MS[mode]
     return {"class": cls, "te_compile": max(host["te_compile"], kernel_te),
-            "torch.compile": max(host["torch.compile"], kernel_tc)}
+            "torch.compile": max(host["torch.compile"], kernel_tc), "calibration": _calibration_note(cal, how, cls)}
+
+
+def _calibration_note(cal, how: str, cls: str) -> str:
+    fitted = "" if cls in cal.speed_ratio else f"; its '{cls}' ratio is the built-in one"
+    return f"calibrated on {cal.label()}, {how}{fitted}"
 
 
 def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
@@ -142,9 +160,10 @@ def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbi
         return None
     what = ("training step" if needs_grad else "forward") + (" under CUDA graphs" if cuda_graphs else "")
     return Reason(f"kept for speed: the cost model estimates {est['te_compile']:.2f} ms per {what} on te_compile vs "
-            f"{est['torch.compile']:.2f} ms on torch.compile ({est['class']}; te_compile.cudnn.cost, calibrated on "
-            "one H200; not measured here: te-compile tune or mode='max-autotune' measures it); "
+            f"{est['torch.compile']:.2f} ms on torch.compile ({est['class']}; te_compile.cudnn.cost, {est['calibration']}; "
+            "not measured here: te-compile tune or mode='max-autotune' measures it); "
             "te_compile.backend(serve='always') serves it anyway", SLOWER)
 
 
-__all__ = ["estimate", "slower_reason", "site_class", "SPEED_RATIO", "HOST_MS", "SPLIT_HOST_MS", "TE_TFLOPS"]
+__all__ = ["estimate", "slower_reason", "site_class", "ratio", "BUILTIN", "SPEED_RATIO", "HOST_MS", "SPLIT_HOST_MS",
+           "TE_TFLOPS"]

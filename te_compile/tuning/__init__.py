@@ -158,7 +158,8 @@ def _model_note(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias
         return "served: symbolic shapes (the cost model decides at the size this compile saw)"
     what = "training step" if needs_grad else "forward"
     return (f"served: the cost model estimates {est['te_compile']:.2f} ms per {what} on te_compile vs "
-            f"{est['torch.compile']:.2f} ms on torch.compile ({est['class']}; not measured here: te-compile tune)")
+            f"{est['torch.compile']:.2f} ms on torch.compile ({est['class']}; {est['calibration']}; not measured here: "
+            "te-compile tune)")
 
 
 def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,

@@ -1,0 +1,102 @@
+"""Which calibration of the cost model (``te_compile.cudnn.cost``) decides here: one per GPU and cuDNN version.
+
+The cost model's constants (cuDNN's throughput, host time per step, torch.compile's kernel time over
+te_compile's per site class) are measurements, and GPUs, cuDNN versions and host CPUs move them. A
+``Calibration`` is one set of them with what it was fitted on. ``cost.BUILTIN`` is the hand-fitted table in
+cost.py; ``te_compile/cudnn/calibrations/*.json`` are refits from the project's own sweeps, and the files
+named in ``$TE_COMPILE_CALIBRATION`` (``os.pathsep``-separated) a user's own (``te-compile calibrate``,
+``te_compile.cudnn.refit``). For the running GPU and cuDNN, ``current()`` takes, in order: one fitted on
+this GPU and this cuDNN version; one fitted on this GPU at the nearest cuDNN version; the built-in one.
+Its ``how`` says which, so a reason never passes another GPU's calibration off as this one's. A class a
+calibration did not fit falls back to the built-in ratio for it (``cost.ratio``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import json
+import logging
+import os
+from typing import Optional
+
+from .versions import describe
+
+log = logging.getLogger("te_compile")
+ENV = "TE_COMPILE_CALIBRATION"
+HERE = os.path.join(os.path.dirname(__file__), "calibrations")
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    gpu: str
+    cudnn: int
+    #: cuDNN SDPA throughput te_compile reaches, fwd+bwd TFLOP/s
+    te_tflops: float
+    #: host ms per step of a one-site compiled graph: {"te_compile" | "torch.compile": {"train", "infer"}}
+    host_ms: dict
+    #: torch.compile's kernel time / te_compile's, by site class (cost.site_class)
+    speed_ratio: dict
+    #: what it was fitted on (files, dates)
+    source: str = ""
+
+    def label(self) -> str:
+        return f"{self.gpu}, cuDNN {describe(self.cudnn)}"
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(d: dict) -> "Calibration":
+        return Calibration(str(d["gpu"]), int(d["cudnn"]), float(d["te_tflops"]),
+                           {k: {m: float(x) for m, x in v.items()} for k, v in d["host_ms"].items()},
+                           {k: float(x) for k, x in d["speed_ratio"].items()}, str(d.get("source", "")))
+
+
+def _files() -> list[str]:
+    extra = [p for p in os.environ.get(ENV, "").split(os.pathsep) if p]
+    return sorted(glob.glob(os.path.join(HERE, "*.json"))) + extra
+
+
+def load() -> list[Calibration]:
+    """Every calibration te_compile knows: the shipped refits, then the user's (later ones win ties)."""
+    out = []
+    for path in _files():
+        try:
+            with open(path) as f:
+                out.append(Calibration.from_json(json.load(f)))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.warning("te_compile: ignoring calibration %s (%s: %s)", path, type(e).__name__, e)
+    return out
+
+
+def choose(cals: list[Calibration], gpu: str, cudnn: int, base: Calibration) -> tuple[Calibration, str]:
+    """(the calibration for this GPU and cuDNN version, how it was chosen); ``base``: the built-in one."""
+    same_gpu = [c for c in cals if c.gpu == gpu]
+    exact = [c for c in same_gpu if c.cudnn == cudnn]
+    if exact:
+        return exact[-1], "fitted on this GPU and cuDNN"
+    if same_gpu:
+        near = min(same_gpu, key=lambda c: abs(c.cudnn - cudnn))
+        return near, f"fitted on this GPU at another cuDNN version (running {describe(cudnn)})"
+    if base.gpu == gpu and base.cudnn == cudnn:
+        return base, "fitted on this GPU and cuDNN"
+    return base, f"not fitted on this GPU or cuDNN (running {gpu}, cuDNN {describe(cudnn)})"
+
+
+@functools.lru_cache(maxsize=8)
+def _loaded(files: tuple) -> tuple:
+    return tuple(load())
+
+
+def current(base: Calibration) -> tuple[Calibration, str]:
+    """The calibration for the running GPU (device 0) and cuDNN, and how it was chosen."""
+    import torch
+
+    from .versions import running
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    return choose(list(_loaded(tuple(_files()))), gpu, running(), base)
+
+
+__all__ = ["Calibration", "load", "choose", "current", "ENV"]

@@ -1,0 +1,160 @@
+"""Refit the cost model from the project's own measurements: ``bench/sweep.py --json`` files -> a Calibration.
+
+    te-compile calibrate sweep-flex.json sweep-sdpa.json [--cudnn 9.27] [--out my-gpu.json]
+
+Run the sweep with ``TE_COMPILE_SERVE=always`` (every site served, so each row times cuDNN against
+torch.compile) on the GPU and cuDNN to calibrate. Per row:
+
+* its site class is the row's ``class`` (the sweep records ``cost.site_class`` of the served site) or, for files
+  from before it did, ``CASE_CLASS`` by the row's case name;
+* its kernel times are the rows' ``kernel_ms`` (CUDA kernel time per step from the profiler) where the sweep
+  recorded them; otherwise its step times, and a row where either side's host time per step reaches
+  ``HOST_BOUND`` of its step time is left out (the step then times the host, not the kernels);
+* rows te_compile did not serve are left out (both sides ran torch.compile).
+
+A class's ratio is the median of its rows' torch.compile / te_compile kernel times; cuDNN's throughput is the
+median over the no-mask rows; host time per step is the median of each side's host column (training files give
+"train", ``--infer`` files "infer"). What no row fits stays as the built-in calibration has it, and
+``report`` lists every row with what was done with it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from typing import Optional
+
+from .calibration import Calibration
+from .cost import BUILTIN, BWD_FLOPS
+from .versions import describe
+
+#: case name -> site class, for sweep files that do not record the class (bench/sweep.py as of 2026-11-27,
+#: every site served: ALiBi + causal with cuDNN's slopes is native there; the document mask is never served)
+CASE_CLASS = {
+    "flex none": "flex plain", "flex causal": "flex native band", "flex sliding <=": "flex native band",
+    "flex sliding <": "flex native band", "flex softcap": "flex score_mod", "flex softcap + causal": "flex score_mod",
+    "flex ALiBi": "flex additive score_mod", "flex ALiBi + causal": "flex native ALiBi + causal",
+    "flex prefix-LM": "flex prefix split", "sdpa none": "sdpa", "sdpa causal": "sdpa",
+    "sdpa bool mask": "sdpa mask", "sdpa frozen bias": "sdpa mask", "sdpa learned bias": "sdpa learned bias",
+}
+#: a side whose host time per step is at least this fraction of its step time is host-bound
+HOST_BOUND = 0.75
+#: classes whose rows give cuDNN's throughput (density 1: every tile computed)
+PLAIN = ("flex plain",)
+
+
+def _kernel(side: dict) -> Optional[float]:
+    return side.get("kernel_ms") or None
+
+
+def _row_ratio(row: dict) -> tuple[Optional[float], str]:
+    """(torch.compile / te_compile kernel time, what was done) for one served row."""
+    te, tc = row.get("te_compile", {}), row.get("torch.compile", {})
+    if "ms" not in te or "ms" not in tc:
+        return None, "left out: a side has no time"
+    if _kernel(te) and _kernel(tc):
+        return tc["kernel_ms"] / te["kernel_ms"], "kernel times"
+    for name, side in (("te_compile", te), ("torch.compile", tc)):
+        if side.get("host_us", 0.0) / 1e3 >= HOST_BOUND * side["ms"]:
+            return None, f"left out: {name} host-bound ({side['host_us'] / 1e3:.2f} ms host, {side['ms']:.2f} ms step)"
+    return tc["ms"] / te["ms"], "step times (both sides kernel-bound)"
+
+
+def _flops(row: dict, infer: bool) -> float:
+    B, H, L, D = row["shape"][:4]
+    return 2.0 * B * H * L * L * (2 * D) * (1.0 if infer else 1.0 + BWD_FLOPS)
+
+
+def fit(files: list[dict], cudnn: Optional[int] = None, names: Optional[list[str]] = None
+        ) -> tuple[Calibration, list[str]]:
+    """A calibration from parsed sweep files (one GPU, one cuDNN version), and the report of every row."""
+    gpus = {f.get("device", "?") for f in files}
+    if len(gpus) != 1:
+        raise ValueError(f"sweep files from more than one GPU: {sorted(gpus)}")
+    versions = {cudnn or f.get("cudnn") or 0 for f in files}
+    if len(versions) != 1 or 0 in versions:
+        raise ValueError(f"need one cuDNN version (the files say {sorted(versions)}): pass --cudnn")
+    base, report = BUILTIN, []
+    ratios: dict = {}
+    tflops: list = []
+    host: dict = {}
+    for f in files:
+        mode = "infer" if f.get("infer") else "train"
+        for row in f.get("rows", []):
+            _fit_row(row, mode, ratios, tflops, host, report)
+    host_ms = {side: {m: (statistics.median(host[(side, m)]) if host.get((side, m)) else v)
+                      for m, v in modes.items()} for side, modes in base.host_ms.items()}
+    cal = Calibration(gpus.pop(), versions.pop(), statistics.median(tflops) if tflops else base.te_tflops, host_ms,
+                      {c: statistics.median(r) for c, r in sorted(ratios.items())},
+                      "refit (te_compile.cudnn.refit) from bench/sweep.py: " +
+                      "; ".join(f"{n}: {len(f.get('rows', []))} rows, torch {f.get('torch', '?')}"
+                                for n, f in zip(names or ["file"] * len(files), files)))
+    return cal, report
+
+
+def _fit_row(row: dict, mode: str, ratios: dict, tflops: list, host: dict, report: list) -> None:
+    name = f"{row.get('case')} {row.get('shape')}"
+    for side in ("te_compile", "torch.compile"):
+        if "host_us" in row.get(side, {}) and (side == "torch.compile" or row.get("served")):
+            host.setdefault((side, mode), []).append(row[side]["host_us"] / 1e3)
+    if not row.get("served"):
+        report.append(f"{name}: left out: not served (both sides ran torch.compile)")
+        return
+    cls = row.get("class") or CASE_CLASS.get(row.get("case", ""))
+    if cls is None:
+        report.append(f"{name}: left out: no site class")
+        return
+    r, how = _row_ratio(row)
+    report.append(f"{name}: {cls}: " + (f"{r:.2f}x ({how})" if r else how))
+    if r:
+        ratios.setdefault(cls, []).append(r)
+        if cls in PLAIN:
+            te = row["te_compile"]
+            tflops.append(_flops(row, mode == "infer") / ((_kernel(te) or te["ms"]) * 1e9))
+
+
+def parse_version(text: str) -> int:
+    """"9.27" -> 92700, "92700" -> 92700."""
+    if "." in text:
+        major, minor = text.split(".")[:2]
+        return int(major) * 10000 + int(minor) * 100
+    return int(text)
+
+
+def compare(cal: Calibration) -> list[str]:
+    """The fitted calibration against the built-in one, a line per constant."""
+    base = BUILTIN
+    lines = [f"calibration for {cal.gpu}, cuDNN {describe(cal.cudnn)} (built-in: {base.label()})",
+             f"  cuDNN throughput {cal.te_tflops:.0f} TFLOP/s (built-in {base.te_tflops:.0f})"]
+    for side, modes in cal.host_ms.items():
+        lines += [f"  host {side} {m} {v:.2f} ms (built-in {base.host_ms[side][m]:.2f})" for m, v in modes.items()]
+    for cls in sorted(set(base.speed_ratio) | set(cal.speed_ratio)):
+        got = cal.speed_ratio.get(cls)
+        lines.append(f"  {cls}: " + (f"{got:.2f}x" if got else "not fitted") + f" (built-in {base.speed_ratio[cls]:.2f}x)")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="te-compile calibrate", description="refit te_compile's cost model from "
+                                "bench/sweep.py --json files (run with TE_COMPILE_SERVE=always) on one GPU and cuDNN")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--cudnn", default="", help="the cuDNN version the files ran on (9.27), when they do not say")
+    p.add_argument("--out", default="", help="write the calibration here (JSON); TE_COMPILE_CALIBRATION=PATH uses it")
+    a = p.parse_args(argv)
+    files = []
+    for path in a.files:
+        with open(path) as f:
+            files.append(json.load(f))
+    names = [os.path.basename(p) for p in a.files]
+    cal, report = fit(files, parse_version(a.cudnn) if a.cudnn else None, names)
+    print("\n".join(report + compare(cal)))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(cal.to_json(), f, indent=1)
+        print(f"wrote {a.out}")
+    return 0
+
+
+__all__ = ["fit", "compare", "main", "parse_version", "CASE_CLASS", "HOST_BOUND"]

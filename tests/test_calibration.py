@@ -1,0 +1,117 @@
+"""The cost model's calibrations (te_compile.cudnn.calibration) and their refit from sweep files
+(te_compile.cudnn.refit): which one decides on which GPU and cuDNN, and what a refit takes from which row."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from te_compile.cudnn import calibration, cost, refit
+from te_compile.cudnn.calibration import Calibration
+from te_compile.spec import AttentionSpec
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _cal(gpu=H100, cudnn=91900, **ratios) -> Calibration:
+    base = cost.BUILTIN
+    return Calibration(gpu, cudnn, base.te_tflops, base.host_ms, ratios, "test")
+
+
+def test_the_same_gpu_and_version_wins_then_the_nearest_version_then_the_builtin():
+    cals = [_cal(cudnn=91900), _cal(cudnn=92700), _cal(gpu="NVIDIA H200", cudnn=92700)]
+    assert calibration.choose(cals, H100, 92700, cost.BUILTIN) == (cals[1], "fitted on this GPU and cuDNN")
+    got, how = calibration.choose(cals, H100, 92800, cost.BUILTIN)
+    assert got is cals[1] and how.startswith("fitted on this GPU at another cuDNN version (running 9.28)")
+    got, how = calibration.choose(cals, "NVIDIA B200", 91900, cost.BUILTIN)
+    assert got == cost.BUILTIN and "not fitted on this GPU or cuDNN (running NVIDIA B200, cuDNN 9.19)" in how
+    got, how = calibration.choose([], "NVIDIA H200", 91900, cost.BUILTIN)  # the built-in table's own GPU and version
+    assert got == cost.BUILTIN and how == "fitted on this GPU and cuDNN"
+
+
+def test_shipped_and_user_files_load_and_a_broken_one_is_skipped(tmp_path, monkeypatch, caplog):
+    shipped = calibration.load()
+    assert shipped and all(c.speed_ratio and c.te_tflops > 0 for c in shipped)
+    assert set(shipped[0].speed_ratio) <= set(cost.SPEED_RATIO)  # classes the model knows
+    good, bad = tmp_path / "mine.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(_cal(cudnn=92800, **{"flex score_mod": 3.0}).to_json()))
+    bad.write_text("{not json")
+    monkeypatch.setenv(calibration.ENV, f"{good}:{bad}")
+    loaded = calibration.load()
+    assert loaded[-1] == _cal(cudnn=92800, **{"flex score_mod": 3.0}) and len(loaded) == len(shipped) + 1
+    assert "ignoring calibration" in caplog.text and "bad.json" in caplog.text
+
+
+def _softcap_site():
+    spec = AttentionSpec(scale=0.125, source="flex", score="(mul (tanh (div score 30.0)) 30.0)")
+    q = torch.empty(8, 16, 1024, 64, dtype=torch.bfloat16, device="meta")
+    return q, spec
+
+
+@pytest.mark.parametrize("ratio,kept", [(0.5, True), (5.0, False)])
+def test_the_cost_model_decides_with_the_chosen_calibration(monkeypatch, ratio, kept):
+    cal = _cal(**{"flex score_mod": ratio})
+    monkeypatch.setattr(calibration, "current", lambda base: (cal, "fitted on this GPU and cuDNN"))
+    q, spec = _softcap_site()
+    why = cost.slower_reason(q, q, q, None, spec, True, False, cuda_graphs=True)
+    assert bool(why) is kept
+    if kept:
+        assert f"calibrated on {H100}, cuDNN 9.19, fitted on this GPU and cuDNN" in why
+
+
+def test_a_class_the_refit_did_not_fit_says_its_ratio_is_the_builtin_one(monkeypatch):
+    monkeypatch.setattr(calibration, "current", lambda base: (_cal(**{"flex plain": 1.0}), "fitted on this GPU and cuDNN"))
+    q, spec = _softcap_site()
+    est = cost.estimate(q, q, q, None, spec, True, False, cuda_graphs=True)
+    assert "its 'flex score_mod' ratio is the built-in one" in est["calibration"]
+    assert est["torch.compile"] == pytest.approx(est["te_compile"] * cost.SPEED_RATIO["flex score_mod"])
+
+
+def _row(case, te_ms, tc_ms, te_host=0.1, tc_host=0.1, served=1, **kernels):
+    row = {"case": case, "shape": [2, 16, 4096, 128, 16], "served": served,
+           "te_compile": {"ms": te_ms, "host_us": te_host * 1e3}, "torch.compile": {"ms": tc_ms, "host_us": tc_host * 1e3}}
+    if kernels:
+        row["te_compile"]["kernel_ms"], row["torch.compile"]["kernel_ms"] = kernels["te"], kernels["tc"]
+    return row
+
+
+def test_refit_takes_kernel_bound_rows_and_kernel_times_and_leaves_out_the_rest():
+    rows = [_row("flex softcap", 2.0, 4.0), _row("flex softcap + causal", 1.3, 2.9, te_host=1.2),  # host-bound
+            _row("flex causal", 1.1, 1.5, te_host=1.0, te=0.5, tc=1.0),  # host-bound, but kernel times recorded
+            _row("flex none", 1.8, 2.4), _row("flex document", 0.6, 0.6, served=0),
+            {**_row("flex odd", 1.0, 3.0), "class": "flex score_mod"}]  # a recorded class beats the case name
+    cal, report = refit.fit([{"device": H100, "cudnn": 92700, "rows": rows}])
+    assert cal.gpu == H100 and cal.cudnn == 92700
+    assert cal.speed_ratio == {"flex score_mod": pytest.approx(2.5), "flex native band": pytest.approx(2.0),
+                               "flex plain": pytest.approx(2.4 / 1.8)}
+    flops = 2.0 * 2 * 16 * 4096 * 4096 * 256 * (1 + cost.BWD_FLOPS)
+    assert cal.te_tflops == pytest.approx(flops / 1.8e9)
+    assert cal.host_ms["te_compile"]["train"] == pytest.approx(0.1)  # median over the served rows
+    assert cal.host_ms["te_compile"]["infer"] == cost.BUILTIN.host_ms["te_compile"]["infer"]  # no infer file
+    text = "\n".join(report)
+    assert "flex softcap + causal [2, 16, 4096, 128, 16]: flex score_mod: left out: te_compile host-bound" in text
+    assert "flex document [2, 16, 4096, 128, 16]: left out: not served" in text
+    assert "flex causal [2, 16, 4096, 128, 16]: flex native band: 2.00x (kernel times)" in text
+
+
+def test_refit_needs_one_gpu_and_a_cudnn_version():
+    with pytest.raises(ValueError, match="more than one GPU"):
+        refit.fit([{"device": H100, "cudnn": 91900, "rows": []}, {"device": "NVIDIA H200", "cudnn": 91900, "rows": []}])
+    with pytest.raises(ValueError, match="pass --cudnn"):
+        refit.fit([{"device": H100, "rows": []}])
+    assert refit.parse_version("9.27") == 92700 and refit.parse_version("91900") == 91900
+
+
+def test_cli_calibrate_writes_a_calibration_that_loads(tmp_path, monkeypatch, capsys):
+    from te_compile.__main__ import main
+    src, out = tmp_path / "sweep.json", tmp_path / "cal.json"
+    src.write_text(json.dumps({"device": H100, "torch": "2.11.0", "rows": [_row("flex softcap", 2.0, 4.0)]}))
+    assert main(["calibrate", str(src), "--cudnn", "9.19", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "flex score_mod: 2.00x (built-in 2.37x)" in printed and "flex plain: not fitted" in printed
+    monkeypatch.setenv(calibration.ENV, str(out))
+    got, how = calibration.choose(calibration.load(), H100, 91900, cost.BUILTIN)
+    assert got.speed_ratio == {"flex score_mod": 2.0} and how == "fitted on this GPU and cuDNN"
+    assert "sweep.json: 1 rows" in got.source
