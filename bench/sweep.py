@@ -330,7 +330,8 @@ def main() -> int:
     if a.json:
         with open(a.json, "w") as f:
             from te_compile.cudnn.versions import running
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": running(),
+            arch = "sm{}{}".format(*torch.cuda.get_device_capability())
+            json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__, "cudnn": running(),
                        "infer": INFER, "mode": MODE, "rows": rows}, f, indent=1)
     return 0
 

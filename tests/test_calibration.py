@@ -15,20 +15,26 @@ from te_compile.spec import AttentionSpec
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def _cal(gpu=H100, cudnn=91900, **ratios) -> Calibration:
+def _cal(gpu=H100, cudnn=91900, arch="sm90", **ratios) -> Calibration:
     base = cost.BUILTIN
-    return Calibration(gpu, cudnn, base.te_tflops, base.host_ms, ratios, "test")
+    return Calibration(gpu, cudnn, base.te_tflops, base.host_ms, ratios, "test", arch)
 
 
-def test_the_same_gpu_and_version_wins_then_the_nearest_version_then_the_builtin():
+def test_this_gpu_first_then_its_architecture_then_the_builtin():
     cals = [_cal(cudnn=91900), _cal(cudnn=92700), _cal(gpu="NVIDIA H200", cudnn=92700)]
-    assert calibration.choose(cals, H100, 92700, cost.BUILTIN) == (cals[1], "fitted on this GPU and cuDNN")
-    got, how = calibration.choose(cals, H100, 92800, cost.BUILTIN)
-    assert got is cals[1] and how.startswith("fitted on this GPU at another cuDNN version (running 9.28)")
-    got, how = calibration.choose(cals, "NVIDIA B200", 91900, cost.BUILTIN)
-    assert got == cost.BUILTIN and "not fitted on this GPU or cuDNN (running NVIDIA B200, cuDNN 9.19)" in how
-    got, how = calibration.choose([], "NVIDIA H200", 91900, cost.BUILTIN)  # the built-in table's own GPU and version
-    assert got == cost.BUILTIN and how == "fitted on this GPU and cuDNN"
+    base = cost.BUILTIN
+    assert calibration.choose(cals, H100, 92700, base, "sm90") == (cals[1], "fitted on this GPU and cuDNN")
+    got, how = calibration.choose(cals, H100, 92800, base, "sm90")
+    assert got is cals[1] and how == f"fitted on this GPU at another cuDNN version (running {H100}, cuDNN 9.28)"
+    # another sm90 GPU: the same architecture, this cuDNN version first (the built-in H200 / 9.19 table here)
+    got, how = calibration.choose(cals, "NVIDIA H800", 91900, base, "sm90")
+    assert got is base and how.startswith("fitted on another GPU of this architecture, sm90 (running NVIDIA H800")
+    assert calibration.choose(cals, "NVIDIA H800", 92700, base, "sm90")[0].cudnn == 92700
+    got, how = calibration.choose(cals, "NVIDIA B200", 91900, base, "sm100")
+    assert got is base and how == "not fitted on this GPU, its architecture or cuDNN (running NVIDIA B200, cuDNN 9.19)"
+    assert calibration.choose([], "NVIDIA H200", 91900, base, "sm90") == (base, "fitted on this GPU and cuDNN")
+    shipped = calibration.load()  # the H200 / 9.27 refit decides on an H200 running 9.27
+    assert calibration.choose(shipped, "NVIDIA H200", 92700, base, "sm90")[0].cudnn == 92700
 
 
 def test_shipped_and_user_files_load_and_a_broken_one_is_skipped(tmp_path, monkeypatch, caplog):
@@ -112,6 +118,6 @@ def test_cli_calibrate_writes_a_calibration_that_loads(tmp_path, monkeypatch, ca
     printed = capsys.readouterr().out
     assert "flex score_mod: 2.00x (built-in 2.37x)" in printed and "flex plain: not fitted" in printed
     monkeypatch.setenv(calibration.ENV, str(out))
-    got, how = calibration.choose(calibration.load(), H100, 91900, cost.BUILTIN)
+    got, how = calibration.choose(calibration.load(), H100, 91900, cost.BUILTIN, "sm90")
     assert got.speed_ratio == {"flex score_mod": 2.0} and how == "fitted on this GPU and cuDNN"
-    assert "sweep.json: 1 rows" in got.source
+    assert "sweep.json: 1 rows" in got.source and got.arch == "sm90"  # from the GPU's name (older sweep files)

@@ -40,6 +40,8 @@ class Calibration:
     speed_ratio: dict
     #: what it was fitted on (files, dates)
     source: str = ""
+    #: the GPU's architecture, "sm90" ("" when not recorded)
+    arch: str = ""
 
     def label(self) -> str:
         return f"{self.gpu}, cuDNN {describe(self.cudnn)}"
@@ -51,7 +53,8 @@ class Calibration:
     def from_json(d: dict) -> "Calibration":
         return Calibration(str(d["gpu"]), int(d["cudnn"]), float(d["te_tflops"]),
                            {k: {m: float(x) for m, x in v.items()} for k, v in d["host_ms"].items()},
-                           {k: float(x) for k, x in d["speed_ratio"].items()}, str(d.get("source", "")))
+                           {k: float(x) for k, x in d["speed_ratio"].items()}, str(d.get("source", "")),
+                           str(d.get("arch", "")))
 
 
 def _files() -> list[str]:
@@ -71,18 +74,27 @@ def load() -> list[Calibration]:
     return out
 
 
-def choose(cals: list[Calibration], gpu: str, cudnn: int, base: Calibration) -> tuple[Calibration, str]:
-    """(the calibration for this GPU and cuDNN version, how it was chosen); ``base``: the built-in one."""
-    same_gpu = [c for c in cals if c.gpu == gpu]
-    exact = [c for c in same_gpu if c.cudnn == cudnn]
-    if exact:
-        return exact[-1], "fitted on this GPU and cuDNN"
+def _nearest(cals: list[Calibration], cudnn: int) -> Calibration:
+    """The one at this cuDNN version (the last such), else the nearest version."""
+    exact = [c for c in cals if c.cudnn == cudnn]
+    return exact[-1] if exact else min(cals, key=lambda c: abs(c.cudnn - cudnn))
+
+
+def choose(cals: list[Calibration], gpu: str, cudnn: int, base: Calibration, arch: str = ""
+           ) -> tuple[Calibration, str]:
+    """(the calibration for this GPU, architecture and cuDNN version, how it was chosen); ``base``: the built-in
+    one, taken last."""
+    running = f"running {gpu}, cuDNN {describe(cudnn)}"
+    same_gpu = [c for c in cals + [base] if c.gpu == gpu]
     if same_gpu:
-        near = min(same_gpu, key=lambda c: abs(c.cudnn - cudnn))
-        return near, f"fitted on this GPU at another cuDNN version (running {describe(cudnn)})"
-    if base.gpu == gpu and base.cudnn == cudnn:
-        return base, "fitted on this GPU and cuDNN"
-    return base, f"not fitted on this GPU or cuDNN (running {gpu}, cuDNN {describe(cudnn)})"
+        got = _nearest(same_gpu, cudnn)
+        return got, ("fitted on this GPU and cuDNN" if got.cudnn == cudnn
+                     else f"fitted on this GPU at another cuDNN version ({running})")
+    same_arch = [c for c in cals + [base] if arch and c.arch == arch]
+    if same_arch:
+        got = _nearest(same_arch, cudnn)
+        return got, f"fitted on another GPU of this architecture, {arch} ({running})"
+    return base, f"not fitted on this GPU, its architecture or cuDNN ({running})"
 
 
 @functools.lru_cache(maxsize=8)
@@ -95,8 +107,11 @@ def current(base: Calibration) -> tuple[Calibration, str]:
     import torch
 
     from .versions import running
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    return choose(list(_loaded(tuple(_files()))), gpu, running(), base)
+    gpu, arch = "cpu", ""
+    if torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name(0)
+        arch = "sm{}{}".format(*torch.cuda.get_device_capability(0))
+    return choose(list(_loaded(tuple(_files()))), gpu, running(), base, arch)
 
 
 __all__ = ["Calibration", "load", "choose", "current", "ENV"]

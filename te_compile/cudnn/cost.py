@@ -70,7 +70,8 @@ SPEED_RATIO = {
 }
 #: the table above as a calibration (te_compile.cudnn.calibration: refits for other GPUs / cuDNN versions)
 BUILTIN = calibration.Calibration("NVIDIA H200", 91900, TE_TFLOPS, HOST_MS, SPEED_RATIO,
-                                  "hand-fitted to bench/sweep.py and the probes, 2026-11-26 (te_compile/cudnn/cost.py)")
+                                  "hand-fitted to bench/sweep.py and the probes, 2026-11-26 (te_compile/cudnn/cost.py)",
+                                  "sm90")
 
 
 def ratio(cal: "calibration.Calibration", cls: str) -> float:

@@ -89,8 +89,18 @@ def fit(files: list[dict], cudnn: Optional[int] = None, names: Optional[list[str
                       {c: statistics.median(r) for c, r in sorted(ratios.items())},
                       "refit (te_compile.cudnn.refit) from bench/sweep.py: " +
                       "; ".join(f"{n}: {len(f.get('rows', []))} rows, torch {f.get('torch', '?')}"
-                                for n, f in zip(names or ["file"] * len(files), files)))
+                                for n, f in zip(names or ["file"] * len(files), files)),
+                      _arch(files))
     return cal, report
+
+
+def _arch(files: list[dict]) -> str:
+    """The files' GPU architecture ("sm90"), from the sweep's header or the GPU's name."""
+    for f in files:
+        if f.get("arch"):
+            return str(f["arch"])
+    name = files[0].get("device", "")
+    return "sm90" if any(g in name for g in ("H100", "H200", "H800", "H20")) else ""
 
 
 def _fit_row(row: dict, mode: str, ratios: dict, tflops: list, host: dict, report: list) -> None:
