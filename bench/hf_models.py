@@ -91,8 +91,24 @@ def _time(fn, iters: int) -> float:
     return statistics.median(a.elapsed_time(b) for a, b in ev)
 
 
+def _tune(model, ids, extra) -> dict:
+    """te_compile.tune the model for training and for inference (fills the measurement cache, so the te_compile
+    column's default policy decides from measurements): sites measured and seconds, per mode."""
+    import time
+
+    import te_compile
+    out = {}
+    for mode, grad in (("train", True), ("infer", False)):
+        t0 = time.perf_counter()
+        with torch.set_grad_enabled(grad):
+            _, made = te_compile.tune(model, echo=lambda line: print(line, flush=True), **_inputs(ids, extra, grad))
+        out[mode] = {"measured": len(made), "seconds": time.perf_counter() - t0}
+        torch._dynamo.reset()
+    return out
+
+
 def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mode: str = "default",
-          control: bool = False) -> dict:
+          control: bool = False, tune: bool = False, always: bool = False) -> dict:
     import te_compile
     from te_compile.reasons import category
 
@@ -104,9 +120,12 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
     reasons = sorted({category(d.reason) for d in rep.decisions if d.reason})  # te_compile.reasons.CATEGORIES
     mode_arg = mode
     m = None if mode == "default" else mode
+    tuned = _tune(model, ids, extra) if tune else None
     fns = {"te_compile": torch.compile(model, backend="te_compile", mode=m), "torch.compile": torch.compile(model, mode=m)}
     if control:  # plain torch.compile a second time: its ratio to the first is the noise floor (A/A)
         fns["control"] = torch.compile(model, mode=m)
+    if always:  # the oracle is the faster of serve="always" and plain torch.compile
+        fns["always"] = torch.compile(model, backend=te_compile.backend(serve="always"), mode=m)
 
     def train(f):
         def step():
@@ -120,7 +139,8 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
                 f(**_inputs(ids, extra, False))
         return step
 
-    row = {"mode": mode, "model": kind, "impl": impl, "sites": s["sites"], "cudnn": s["cudnn"], "kept": s["kept"], "reasons": reasons}
+    row = {"mode": mode, "model": kind, "impl": impl, "sites": s["sites"], "cudnn": s["cudnn"], "kept": s["kept"],
+           "reasons": reasons, "tune": tuned}
     from te_compile.report import Report, record_reports
     for mode, mk in (("train", train), ("infer", infer)):
         best = {}
@@ -142,11 +162,14 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
         row[mode + "_ratio"] = best["torch.compile"] / best["te_compile"]
         if "control" in best:
             row[mode + "_aa"] = best["torch.compile"] / best["control"]
+        if "always" in best:
+            row[mode + "_vs_oracle"] = min(best["always"], best["torch.compile"]) / best["te_compile"]
     print(f"{kind:8s} {impl:15s} sites {s['sites']:2d} cudnn {s['cudnn']:2d} kept {s['kept']:2d}  "
           f"train te {row['train']['te_compile']:7.2f} tc {row['train']['torch.compile']:7.2f} ms "
           f"{row['train_ratio']:.2f}x | infer te {row['infer']['te_compile']:7.2f} tc "
           f"{row['infer']['torch.compile']:7.2f} ms {row['infer_ratio']:.2f}x  "
           + (f"A/A train {row['train_aa']:.2f}x infer {row['infer_aa']:.2f}x  " if control else "")
+          + (f"default/oracle train {row['train_vs_oracle']:.2f}x infer {row['infer_vs_oracle']:.2f}x  " if always else "")
           + f"{reasons} "
           f"compiled: train {row.get('train_sites')} infer {row.get('infer_sites')} "
           f"{ {k: v for k, v in row.items() if 'skips' in k} }", flush=True)
@@ -163,6 +186,9 @@ def main() -> int:
     p.add_argument("--mode", default="default", help="torch.compile mode for both (e.g. reduce-overhead)")
     p.add_argument("--impls", default="sdpa,flex_attention")
     p.add_argument("--control", action="store_true", help="a second plain torch.compile column (the A/A noise floor)")
+    p.add_argument("--tune", action="store_true", help="te_compile.tune each model first (training and inference), "
+                   "so the te_compile column decides from measurements")
+    p.add_argument("--always", action="store_true", help="a serve='always' column; rows then show default / oracle")
     a = p.parse_args()
     import torch._inductor.config as ic
     ic.compile_threads = 1
@@ -170,7 +196,8 @@ def main() -> int:
     for kind in a.models.split(","):
         for impl in a.impls.split(","):
             try:
-                rows.append(bench(kind, impl, a.batch, a.seq, a.iters, mode=a.mode, control=a.control))
+                rows.append(bench(kind, impl, a.batch, a.seq, a.iters, mode=a.mode, control=a.control, tune=a.tune,
+                                  always=a.always))
             except Exception as e:  # noqa: BLE001 - report the row, go on
                 print(f"{kind:8s} {impl:15s} error {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
                 rows.append({"model": kind, "impl": impl, "error": f"{type(e).__name__}: {e}"[:300]})
@@ -178,6 +205,9 @@ def main() -> int:
         r = [x[mode + "_ratio"] for x in rows if mode + "_ratio" in x]
         if r:
             print(f"{mode}: geomean {math.exp(sum(map(math.log, r)) / len(r)):.2f}x, min {min(r):.2f}x over {len(r)}")
+        vo = [x[mode + "_vs_oracle"] for x in rows if mode + "_vs_oracle" in x]
+        if vo:
+            print(f"{mode}: default / oracle geomean {math.exp(sum(map(math.log, vo)) / len(vo)):.2f}x, min {min(vo):.2f}x")
         aa = [x[mode + "_aa"] for x in rows if mode + "_aa" in x]
         if aa:
             print(f"{mode} A/A (torch.compile vs itself): {min(aa):.2f}-{max(aa):.2f}x")
