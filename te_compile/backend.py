@@ -214,9 +214,12 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
 
 
 def _autotunes(mode: Optional[str], inductor_options: Optional[dict]) -> bool:
-    """torch.compile's max-autotune modes measure candidates at compile time; te_compile measures its sites then
-    too (te_compile.tuning)."""
-    return (mode or "").startswith("max-autotune") or bool((inductor_options or {}).get("max_autotune"))
+    """torch.compile's max-autotune modes, ``options={"max_autotune": True}`` and Inductor's own switch
+    (``torch._inductor.config.max_autotune``, ``TORCHINDUCTOR_MAX_AUTOTUNE=1``) measure candidates at compile time;
+    te_compile measures its sites then too (te_compile.tuning)."""
+    import torch._inductor.config as inductor_config
+    return ((mode or "").startswith("max-autotune") or bool((inductor_options or {}).get("max_autotune"))
+            or bool(inductor_config.max_autotune))
 
 
 def _is_cuda_graph(example_inputs: list[Any]) -> bool:

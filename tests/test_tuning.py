@@ -177,6 +177,9 @@ def test_max_autotune_modes_measure():
     assert backend._autotunes("max-autotune", None) and backend._autotunes("max-autotune-no-cudagraphs", None)
     assert backend._autotunes(None, {"max_autotune": True})
     assert not backend._autotunes(None, None) and not backend._autotunes("reduce-overhead", None)
+    import torch._inductor.config as ic
+    with ic.patch(max_autotune=True):  # Inductor's own switch (TORCHINDUCTOR_MAX_AUTOTUNE=1)
+        assert backend._autotunes(None, None)
 
 
 def test_cli_tune_list(capsys):
