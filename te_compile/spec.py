@@ -66,6 +66,22 @@ class AttentionSpec:
         if self.scale is not None and not isinstance(self.scale, float):
             object.__setattr__(self, "scale", float(self.scale))
 
+    def __hash__(self) -> int:
+        # computed once: every op call looks the spec up in a few caches (plans, lowerings, splits), and a
+        # frozen dataclass's generated hash rebuilds the tuple of all its fields each time
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        # str hashes differ between processes: a pickled spec must not carry this one's
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
     def scale_for(self, head_dim: int) -> float:
         return self.scale if self.scale is not None else 1.0 / math.sqrt(head_dim)
 

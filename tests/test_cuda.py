@@ -128,10 +128,12 @@ def test_verify_option_checks_cudnn_against_the_reference():
     assert len(verify._done) >= before + 2
 
 
-@pytest.mark.parametrize("bias", [False, True], ids=["plain", "learned_bias"])
-def test_raw_execute_matches_public_execute(bias):
+@pytest.mark.parametrize("bias,mods", [(False, False), (True, False), (False, True)],
+                         ids=["plain", "learned_bias", "softcap_causal"])
+def test_raw_execute_matches_public_execute(bias, mods):
     """The steady-state raw-pointer execute (graphs._Built.run) gives what FE's public execute gives:
-    forward bitwise (same plan, same kernel), backward within bf16 tolerance, and it is the path taken."""
+    forward bitwise (same plan, same kernel), backward within bf16 tolerance, and it is the path taken
+    (also for an emitted score_mod whose constants the backend graph dropped)."""
     from te_compile.cudnn import graphs
     from te_compile.spec import AttentionSpec
 
@@ -139,6 +141,10 @@ def test_raw_execute_matches_public_execute(bias):
     q, k, v, do = (torch.randn(2, 4, 256, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
     b = torch.randn(1, 4, 256, 256, device="cuda", dtype=torch.bfloat16, generator=g) if bias else None
     spec = AttentionSpec(mask="causal").key()
+    if mods:
+        spec = AttentionSpec(source="flex", scale=0.125, score="(mul (tanh (div score 30.0)) 30.0)",
+                             mask_mod="(ge q_idx kv_idx)").key()
+    graphs.cache.clear()  # the check below reads every built graph: only this test's
     results = {}
     try:
         for raw in (False, True):

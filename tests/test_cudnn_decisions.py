@@ -115,6 +115,37 @@ def test_native_band_recognition(mask, band):
     assert lower(AttentionSpec(mask_mod=mask, score="(mul score 2.0)", source="flex")).band is None
 
 
+@pytest.mark.parametrize("L,S,mask,score,bias,may", [
+    (128, 128, "(ge q_idx kv_idx)", "", False, False),                           # native causal
+    (96, 128, "(ge (add q_idx 32) kv_idx)", "", False, False),                   # bottom-right causal
+    (256, 128, "(ge q_idx kv_idx)", "", False, False),                           # causal, L > S
+    (128, 128, "(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 64))", "", False, False),  # sliding window
+    (256, 128, "(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 64))", "", False, True),   # L > S: emitted
+    (128, 128, "(ge q_idx kv_idx)", "(mul score 2.0)", False, True),            # a score_mod
+    (128, 128, "(ge q_idx kv_idx)", "", True, True),                            # a bias
+    (128, 128, "(eq (rem kv_idx 2) 0)", "", False, True),                       # emitted mask
+    (128, 128, "", "", False, False),                                           # nothing to mask
+])
+def test_lse_guard_only_where_rows_can_be_empty(L, S, mask, score, bias, may):
+    """The backward's lse guard (one kernel) runs unless no query row can lose every key; where it is skipped,
+    the mask evaluated like eager's leaves every row a key."""
+    from te_compile import ir
+    from te_compile.cudnn import graphs
+    from te_compile.reference import index_grids
+    spec = AttentionSpec(mask_mod=mask, score=score, source="flex")
+    assert graphs._may_have_empty_rows(spec, L, S, bias) == may
+    if not may and mask:
+        keep = ir.evaluate(ir.parse(mask), index_grids(1, 1, L, S, torch.device("cpu")))
+        assert bool(keep.to(torch.bool).expand(1, 1, L, S).any(dim=-1).all())
+
+
+def test_guard_lse_is_the_three_op_form():
+    from te_compile.cudnn import graphs
+    lse = torch.tensor([1.5, float("-inf"), float("nan"), float("inf"), -3.0e38])
+    want = torch.where(torch.isneginf(lse), torch.full_like(lse, 1e30), lse)
+    torch.testing.assert_close(graphs.guard_lse(lse), want, equal_nan=True)
+
+
 @pytest.mark.parametrize("L,S,mask,keys", [
     (4096, 4096, "(or (lt kv_idx 512) (ge q_idx kv_idx))", 512),
     (4096, 4096, "(or (ge q_idx kv_idx) (lt kv_idx 512))", 512),   # either order
@@ -277,3 +308,19 @@ def test_padded_tile_guard(score, lengths, guard):
     from te_compile.cudnn.lowering import lower
     lw = lower(AttentionSpec(score=score, source="flex", n_inputs=1 if "(in 0)" in score else 0), lengths)
     assert (None if lw.guard is None else str(lw.guard)) == guard
+
+
+@pytest.mark.parametrize("order,uids,slots", [
+    ([1, 2, 3, 100, 101], [1, 2, 3, 100, 101], (0, 1, 2, 3, 4)),
+    ([1, 2, 3, 100, 101], [3, 1, 2, 101, 100], (2, 0, 1, 4, 3)),                 # caller order differs
+    ([1, 2, 3, 100, 101, 400, 401], [1, 2, 3, 100, 101, 400, 401, 402, 403],     # constants the backend dropped
+     (0, 1, 2, 3, 4, 5, 6, -1, -1)),
+    ([1, 2, 3, 100, 101, 7], [1, 2, 3, 100, 101], None),                          # a slot nobody fills
+    ([2, 1], [1, 2], None),                                                       # not ascending
+    ([1, 2], [1, 2, 2], None),                                                    # a uid twice
+])
+def test_raw_execute_slots(order, uids, slots):
+    """The raw-pointer execute fills every slot of the backend's variant pack from the caller's buffers and
+    skips the buffers the backend does not read (graphs.raw_slots); anything else takes FE's public execute."""
+    from te_compile.cudnn import graphs
+    assert graphs.raw_slots(order, uids) == slots

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import gc
 import logging
+import math
 import threading
 import time
 import types
@@ -102,7 +103,8 @@ class _Built:
         lowered, index, slots, n = raw
         ptrs = (ctypes.c_void_p * n)()
         for i, t in zip(slots, buffers):
-            ptrs[i] = t.data_ptr()
+            if i >= 0:
+                ptrs[i] = t.data_ptr()
         ws = 0 if workspace is None else workspace.data_ptr()
         lowered._execute_with_raw_ptrs(ctypes.addressof(ptrs), n, ws, handle.backend_handle or 0, index)
 
@@ -114,25 +116,41 @@ class _Built:
         return new_workspace(self.workspace, device)
 
 
+def raw_slots(order: Sequence[int], uids: Sequence[int]) -> Optional[tuple[int, ...]]:
+    """Each caller buffer's slot in the backend's ascending-uid variant pack, -1 for a buffer the backend does
+    not read; None when the pack is not ascending or holds a uid the caller does not pass.
+
+    The backend may read fewer tensors than the caller defines: constants of an emitted score_mod that the
+    lowered graph dropped (a softcap's scalars, or all of them with a causal band) are in FE's graph but not
+    in the backend's variant pack."""
+    order = [int(u) for u in order]
+    ours = [int(u) for u in uids]
+    if sorted(order) != order or len(set(ours)) != len(ours) or not set(order) <= set(ours):
+        return None
+    pos = {u: i for i, u in enumerate(order)}
+    return tuple(pos.get(u, -1) for u in ours)
+
+
 #: steady-state execute through the backend graph's raw-pointer entry (False: FE's public execute)
 RAW_EXECUTE = True
 _FIRST = object()
 
 
 def _raw_executor(g: Any, uids: Sequence[int]) -> Optional[tuple]:
-    """(backend graph, plan index, slot of each caller buffer, slot count), or None for the public path."""
+    """(backend graph, plan index, slot of each caller buffer (-1: the backend does not read it), slot count),
+    or None for the public path."""
     try:
         if g.selected_engine is not None or g._lowered_graph is None or not g._plans:
             return None  # a Python engine serves this graph, or nothing was lowered
         lowered = g._lowered_graph
         lowered._prepare_variant_pack_template()
         order = [int(u) for u in lowered._get_variant_pack_uids_sorted()]
-        if sorted(order) != order or sorted(int(u) for u in uids) != order:
-            return None  # the backend's slots are not exactly the caller's buffers
+        slots = raw_slots(order, uids)
+        if slots is None:
+            return None
         cfg = g._materialize_backend_plan(g._plan_index)
         index = -1 if cfg.cpp_index is None else int(cfg.cpp_index)
-        pos = {u: i for i, u in enumerate(order)}
-        return lowered, index, tuple(pos[int(u)] for u in uids), len(order)
+        return lowered, index, slots, len(order)
     except Exception as e:  # noqa: BLE001 - a frontend without these internals: public execute
         log.debug("te_compile: cuDNN raw execute unavailable (%s: %s)", type(e).__name__, e)
         return None
@@ -513,6 +531,24 @@ def _fix_empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Te
         lse.masked_fill_(rows, float("-inf"))
 
 
+@functools.lru_cache(maxsize=1024)
+def _may_have_empty_rows(spec: AttentionSpec, L: int, S: int, has_bias: bool) -> bool:
+    """Can a query row of this call have every key masked (lse = -inf)? Not with no mods and no bias, nor
+    with a mask_mod that cuDNN's native band serves alone: that band always holds the diagonal (or, causal,
+    every key up to it) and exists only for L <= S when it has a left bound (te_compile.cudnn.lowering)."""
+    if not (spec.mask_mod or spec.score or has_bias):
+        return False
+    lw = lower(spec, (L, S))
+    return not (lw.band is not None and not spec.score and not has_bias and not lw.alibi)
+
+
+def guard_lse(lse: Tensor) -> Tensor:
+    """lse for cuDNN's backward: fully-masked rows (lse = -inf) get a huge lse, which makes cuDNN's
+    P = exp(s - lse) exactly 0 there, so their gradients are 0 as in eager (cuDNN's own -inf handling is
+    not reliable with score_mods). One kernel (NaN and +inf stay as they are)."""
+    return torch.nan_to_num(lse, nan=math.nan, posinf=math.inf, neginf=1e30)
+
+
 def _prefix_split(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor]) -> Any:
     """The prefix-LM split of a mask_mod-only call (forward and backward take the same one), else None."""
     if spec.mask_mod and not spec.score and bias is None:
@@ -609,10 +645,8 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     sp = _prefix_split(spec, q, k, bias)
     if sp is not None:  # a prefix-LM mask: two native calls (te_compile.cudnn.prefix)
         return prefix.backward(backward, dout, q, k, v, out, lse, sp, dlse)
-    if spec.mask_mod or spec.score or bias is not None:
-        # fully-masked rows (lse = -inf): a huge lse makes cuDNN's P = exp(s - lse) exactly 0 there, so
-        # their gradients are 0 as in eager (cuDNN's own -inf handling is not reliable with score_mods)
-        lse = torch.where(torch.isneginf(lse), torch.full_like(lse, 1e30), lse)
+    if _may_have_empty_rows(spec, q.shape[2], k.shape[2], bias is not None):
+        lse = guard_lse(lse)
     if dlse is not None:
         dv_cols = v.shape[-1]
         dout, v2, out = _with_dlse(dout, v, out, dlse)
