@@ -3,6 +3,7 @@ candidates (checked against each other on the CPU), measuring once and then read
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -228,3 +229,66 @@ def _build_three_sites(counters) -> None:
         te, tc = candidates.build(q, q, q, None, spec, False, False, device=torch.device("cpu"))
         torch.testing.assert_close(te(), tc(), rtol=1e-4, atol=1e-4)
         assert counters["stats"]["unique_graphs"] - before == 2, f"site {i}: a candidate ran without compiling"
+
+
+def _drifting_timer(te_ms, tc_ms, drift, lose=()):
+    """Both sides of round r scaled by drift[r] (the machine's host load moving); in the rounds ``lose`` cuDNN is
+    slower than torch.compile."""
+    seen = {"te": 0, "tc": 0}
+
+    def timer(fn, iters):
+        side = fn()
+        r = seen[side]
+        seen[side] += 1
+        d = drift[r % len(drift)]
+        if side == "te":
+            return (tc_ms * 1.05 if r in lose else te_ms) * d
+        return tc_ms * d
+    return timer, seen
+
+
+def test_paired_rounds_serve_a_steady_winner_through_drift():
+    """cuDNN 12% faster in every round while the host drifts by 40%: served. The spread of the absolute round
+    times (the noise) is far above 12%, so a rule on it kept such sites (ALiBi + causal on cuDNN 9.27)."""
+    timer, seen = _drifting_timer(1.0, 1.12, [1.0, 1.4, 1.1, 1.3, 1.0, 1.2, 1.35])
+    m = measure_pair(lambda: "te", lambda: "tc", timer, rounds=7, warmup=0)
+    assert m.noise > 0.12 and m.rounds == 7 and m.wins == 7
+    assert serve_on_cudnn(m)
+    assert not serve_on_cudnn(dataclasses.replace(m, ratios=()))  # the older rule on the same times keeps it
+
+
+def test_paired_rounds_keep_a_small_or_unsteady_win():
+    timer, _ = _drifting_timer(1.0, 1.02, [1.0, 1.2])  # 2% faster in every round: below the margin
+    assert not serve_on_cudnn(measure_pair(lambda: "te", lambda: "tc", timer, rounds=7, warmup=0))
+    timer, _ = _drifting_timer(1.0, 1.2, [1.0], lose=range(0, 14, 2))  # loses every other round
+    m = measure_pair(lambda: "te", lambda: "tc", timer, rounds=7, warmup=0)
+    assert m.rounds == 7 and m.wins == 3 and not serve_on_cudnn(m)  # the median round lost: no more rounds
+    timer, _ = _drifting_timer(1.0, 1.2, [1.0], lose=(0, 3, 8, 10, 12))  # 2 of 7 lost, then 3 of the next 7
+    m = measure_pair(lambda: "te", lambda: "tc", timer, rounds=7, warmup=0)
+    assert m.rounds == 14 and m.wins == 9 and not serve_on_cudnn(m)
+
+
+def test_unsure_after_seven_rounds_measures_seven_more_once():
+    timer, seen = _drifting_timer(1.0, 1.2, [1.0], lose=(0, 3))  # two lost rounds of seven: unsure
+    m = measure_pair(lambda: "te", lambda: "tc", timer, rounds=7, warmup=0)
+    assert seen == {"te": 14, "tc": 14} and m.rounds == 14
+    assert m.wins == 12 and serve_on_cudnn(m)  # 2 lost of 14 is within the sign test's 3
+    timer, seen = _drifting_timer(1.0, 1.2, [1.0], lose=(3,))  # one lost round of seven: decided at once
+    m = measure_pair(lambda: "te", lambda: "tc", timer, rounds=7, warmup=0)
+    assert seen == {"te": 7, "tc": 7} and serve_on_cudnn(m)
+
+
+def test_sign_test_allows_few_losses():
+    from te_compile.tuning.timing import allowed_losses
+    assert [allowed_losses(n) for n in (3, 4, 5, 7, 14)] == [0, 0, 0, 1, 3]
+
+
+def test_round_ratios_survive_the_cache_and_old_entries_still_decide(monkeypatch):
+    m = Measurement(1.0, 1.2, 0.3, 7, 2.0, (1.2,) * 6 + (0.9,))
+    back = Measurement.from_entry(json.loads(json.dumps(m.as_entry(site="x"))))
+    assert back.ratios == m.ratios and serve_on_cudnn(back)
+    old = Measurement.from_entry({"te_ms": 1.0, "tc_ms": 1.2, "noise": 0.3, "rounds": 5})
+    assert old.ratios == () and not serve_on_cudnn(old)  # the older rule: 20% is inside 30% noise
+    monkeypatch.setattr(tuning, "platform", lambda *a: PLAT)
+    assert "cuDNN faster in 6 of 7 rounds" in tuning.describe(back)
+    assert "noise 30%" in tuning.describe(old)

@@ -9,7 +9,7 @@ For a site cuDNN can serve, ``speed_reason`` (the ``serve="fastest"`` check) dec
    torch.compile runs for the same site (``tuning.candidates``), in alternating rounds, and stores the result;
 3. otherwise the cost model (``te_compile.cudnn.cost``), and the reason says so.
 
-A site is served only when cuDNN measured faster by more than the measurement's noise (``timing.serve_on_cudnn``).
+A site is served only when cuDNN measured faster in the median round and in nearly every round (``timing.serve_on_cudnn``).
 Under CUDA graphs (mode="reduce-overhead") host time does not count and the candidates are not captured, so such
 graphs are decided by the model.
 """
@@ -28,7 +28,7 @@ import torch
 from ..reasons import SLOWER, Reason
 from ..spec import AttentionSpec
 from . import cache
-from .timing import Measurement, measure_pair, serve_on_cudnn, wall_timer
+from .timing import MIN_MARGIN, Measurement, measure_pair, serve_on_cudnn, wall_timer
 
 log = logging.getLogger("te_compile")
 _measuring: contextvars.ContextVar[bool] = contextvars.ContextVar("te_compile_measuring", default=False)
@@ -129,7 +129,9 @@ def describe(m: Measurement, plat: Optional[dict] = None) -> str:
     from ..cudnn.versions import describe as version
     p = plat or platform()
     took = f", tuning took {m.seconds:.1f} s" if m.seconds else ""
-    return (f"measured: {m.te_ms:.3f} ms on cuDNN vs {m.tc_ms:.3f} ms torch.compile, noise {100 * m.noise:.0f}% "
+    rounds = (f"cuDNN faster in {m.wins} of {len(m.ratios)} rounds" if m.ratios
+              else f"noise {100 * m.noise:.0f}%")
+    return (f"measured: {m.te_ms:.3f} ms on cuDNN vs {m.tc_ms:.3f} ms torch.compile, {rounds} "
             f"({p['gpu']}, cuDNN {version(p['cudnn'])}{took})")
 
 
@@ -185,8 +187,9 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
         _served(spec, q, f"served: {describe(m)}")
         return None
     what = "training step" if needs_grad else "forward"
-    return Reason(f"kept for speed ({what}): {describe(m)}; cuDNN must win by more than the noise "
-                  "(te_compile.tuning); te_compile.backend(serve='always') serves it anyway", SLOWER)
+    return Reason(f"kept for speed ({what}): {describe(m)}; cuDNN must win by {100 * MIN_MARGIN:.0f}% in the median "
+                  "round and in nearly every round (te_compile.tuning); te_compile.backend(serve='always') serves it "
+                  "anyway", SLOWER)
 
 
 __all__ = ["speed_reason", "served_note", "measuring", "progress", "is_measuring", "site_key", "lookup", "measure", "describe", "platform",

@@ -2,15 +2,20 @@
 
 ``measure_pair`` runs te_compile's candidate and torch.compile's in alternating rounds (so drift in clocks or
 host load falls on both), each round a loop of calls after warm-up (as many as fill ``target_ms``), and reports
-each side's median over rounds and the noise: the spread of the rounds, leaving out the fastest and the slowest
-one when there are four or more (one stray round must not decide). ``serve_on_cudnn`` says cuDNN wins only when it is
-faster by more than the noise (and at least ``MIN_MARGIN``): when unsure, the site stays with torch.compile.
+each side's median over rounds, the noise (the spread of the rounds, leaving out the fastest and the slowest one
+when there are four or more) and each round's ratio torch.compile / cuDNN. The two sides of a round run back to
+back, so drift in clocks or host load moves both: the decision reads those paired ratios. ``serve_on_cudnn`` says
+cuDNN wins when the median ratio is at least ``1 + MIN_MARGIN`` and cuDNN was faster in all rounds but a few (a
+sign test: ``allowed_losses``); when unsure after ``rounds``, ``measure_pair`` runs as many rounds again, once, and
+when still unsure the site stays with torch.compile. A host-bound candidate's round times spread widely while it
+still wins every round; a rule on the spread of absolute times kept such sites.
 The timer is a parameter, so the decision is tested on the CPU with a fake one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 import time
 from typing import Callable, Optional
@@ -31,23 +36,52 @@ class Measurement:
     rounds: int
     #: seconds the measurement took (warm-up included): part of compile time
     seconds: float = 0.0
+    #: torch.compile ms / cuDNN ms of each round (empty in a cache entry written before they were kept)
+    ratios: tuple[float, ...] = ()
+
+    @property
+    def wins(self) -> int:
+        """Rounds in which cuDNN was faster."""
+        return sum(r > 1.0 for r in self.ratios)
 
     def as_entry(self, **extra: object) -> dict:
         return {"te_ms": self.te_ms, "tc_ms": self.tc_ms, "noise": self.noise, "rounds": self.rounds,
-                "seconds": self.seconds, **extra}
+                "seconds": self.seconds, "ratios": [round(r, 5) for r in self.ratios], **extra}
 
     @staticmethod
     def from_entry(e: dict) -> Optional["Measurement"]:
         try:
             return Measurement(float(e["te_ms"]), float(e["tc_ms"]), float(e["noise"]), int(e["rounds"]),
-                               float(e.get("seconds", 0.0)))
+                               float(e.get("seconds", 0.0)), tuple(float(r) for r in e.get("ratios") or ()))
         except (KeyError, TypeError, ValueError):
             return None
 
 
+def allowed_losses(n: int) -> int:
+    """Rounds cuDNN may lose out of ``n`` and still be called faster: a one-sided sign test at about 6%
+    (7 rounds: 1; 14 rounds: 3), none below 5 rounds."""
+    if n < 5:
+        return 0
+    k, total, tail = 0, 2 ** n, 1  # tail = rounds-lost counts 0..k, as a number of outcomes
+    while (tail + math.comb(n, k + 1)) / total <= 0.0625:
+        k += 1
+        tail += math.comb(n, k)
+    return k
+
+
 def serve_on_cudnn(m: Measurement) -> bool:
-    """cuDNN is faster by more than the noise (and MIN_MARGIN)."""
-    return m.te_ms * (1.0 + max(MIN_MARGIN, m.noise)) < m.tc_ms
+    """cuDNN is faster: the median round ratio is at least 1 + MIN_MARGIN and cuDNN won all rounds but
+    ``allowed_losses``. A cache entry without round ratios uses the older rule: faster by more than the noise."""
+    if not m.ratios:
+        return m.te_ms * (1.0 + max(MIN_MARGIN, m.noise)) < m.tc_ms
+    return (statistics.median(m.ratios) >= 1.0 + MIN_MARGIN
+            and len(m.ratios) - m.wins <= allowed_losses(len(m.ratios)))
+
+
+def undecided(ratios: list[float]) -> bool:
+    """Worth more rounds: the median says cuDNN wins by the margin, too many rounds say otherwise."""
+    return (statistics.median(ratios) >= 1.0 + MIN_MARGIN
+            and sum(r <= 1.0 for r in ratios) > allowed_losses(len(ratios)))
 
 
 def wall_timer(sync: Optional[Callable[[], None]] = None) -> Timer:
@@ -85,13 +119,20 @@ def measure_pair(te: Callable[[], object], tc: Callable[[], object], timer: Time
         one = max(timer(te, 1), timer(tc, 1), 1e-3)
         iters = max(3, min(1000, int(target_ms / one)))
     a, b = [], []
-    for r in range(rounds):
-        first, second = ((te, a), (tc, b)) if r % 2 == 0 else ((tc, b), (te, a))
-        for fn, out in (first, second):
-            out.append(timer(fn, iters))
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            first, second = ((te, a), (tc, b)) if len(a) % 2 == 0 else ((tc, b), (te, a))
+            for fn, out in (first, second):
+                out.append(timer(fn, iters))
+    run(rounds)
+    if undecided([y / x for x, y in zip(a, b)]):
+        run(rounds)
     ma, mb = statistics.median(a), statistics.median(b)
     noise = max(spread(a), spread(b))
-    return Measurement(ma, mb, noise, rounds, time.perf_counter() - t0)
+    ratios = tuple(y / x if x > 0 else math.inf for x, y in zip(a, b))
+    return Measurement(ma, mb, noise, len(a), time.perf_counter() - t0, ratios)
 
 
-__all__ = ["Measurement", "measure_pair", "serve_on_cudnn", "spread", "wall_timer", "MIN_MARGIN", "Timer"]
+__all__ = ["Measurement", "measure_pair", "serve_on_cudnn", "spread", "wall_timer", "allowed_losses", "undecided",
+           "MIN_MARGIN", "Timer"]
