@@ -13,6 +13,7 @@ once per BlockMask, te_compile.blockmask.check_call).
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import warnings
@@ -29,10 +30,14 @@ log = logging.getLogger("te_compile")
 
 _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
+#: (spec key, "forward" | "backward") -> how many calls cuDNN could not serve (the reference math ran); every
+#: call counts, not only the warned first one, so a test or the fuzzer can tell which implementation ran
+fallbacks: "collections.Counter[tuple[str, str]]" = collections.Counter()
 
 
 def _warn_fallback(spec_key: str, direction: str, why: str) -> None:
     with _warned_lock:
+        fallbacks[(spec_key, direction)] += 1
         if (spec_key, direction) in _warned:
             return
         _warned.add((spec_key, direction))

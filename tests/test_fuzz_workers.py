@@ -7,6 +7,7 @@ import argparse
 import json
 import subprocess
 import sys
+import warnings
 
 from te_compile.testing import fuzz
 
@@ -45,3 +46,32 @@ def test_parallel_restarts_dead_and_poisoned_workers(monkeypatch, tmp_path):
     assert [r["outcome"] for r in results] == ["pass", "crash", "pass", "crash", "pass"]
     assert "worker died" in results[1]["detail"] and json.loads(results[1]["case"]) == json.loads(cases[1].to_json())
     assert starts == [(0, 0), (0, 2), (0, 4)]
+
+
+def test_results_say_when_a_served_site_ran_the_reference_fallback(monkeypatch, capsys):
+    """Every call cuDNN declines counts (the warning is once per spec), and the fuzzer's result for a case says
+    how many of its calls ran the reference math, so a wrong answer tells which implementation gave it."""
+    import io
+
+    from te_compile import kernels
+    from te_compile.spec import AttentionSpec
+    key = AttentionSpec(mask="causal").key()
+
+    def compare(c, device, backend):
+        if c.seed % 2:
+            for _ in range(3):  # a forward and two backward calls that cuDNN declined
+                kernels._warn_fallback(key, "backward", "no engine (test)")
+            return "wrong", "grad0 err 1 > tol 0.01", []
+        return "pass", "", []
+    monkeypatch.setattr(fuzz, "compare", compare)
+    monkeypatch.setattr(fuzz, "_prepare", lambda device: None)
+    cases = [fuzz.Case(seed=s) for s in (2, 3)]
+    before = kernels.fallbacks[(key, "backward")]
+    out = io.StringIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = fuzz.run_cases(cases, "cpu", out=out)
+    assert "reference_fallback_calls" not in results[0]
+    assert results[1]["reference_fallback_calls"] == 3
+    assert kernels.fallbacks[(key, "backward")] == before + 3
+    assert "(reference fallback in 3 call(s))" in out.getvalue()

@@ -686,6 +686,8 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
     short keeps what it did). On CUDA, a crash that leaves the context unusable (an illegal memory access is
     sticky: every later CUDA call fails) ends the run with exit code ``POISONED``; ``--jobs`` starts a fresh
     worker for the rest of the shard."""
+    from .. import kernels
+
     backend = _prepare(device)
     results = []
     t_start = time.perf_counter()
@@ -695,7 +697,9 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
             print(f"fuzz {tag}{n}/{len(cases)} cases, {bad} wrong or crash, {time.perf_counter() - t_start:.0f} s",
                   file=sys.stderr, flush=True)
         t0 = time.perf_counter()
+        before = sum(kernels.fallbacks.values())
         outcome, detail, decisions = compare(c, device, backend)
+        fell_back = sum(kernels.fallbacks.values()) - before
         poisoned = device == "cuda" and not _context_usable()
         if poisoned:  # a sticky CUDA error: this case left the context unusable, whatever the comparison said
             outcome, detail = "crash", f"the CUDA context was unusable after this case ({outcome}: {detail})"[:600]
@@ -703,12 +707,15 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
         r = {"seed": c.seed, "peer": c.peer, "outcome": outcome, "detail": detail, "case": c.to_json(),
              "kept_reasons": reasons, "sites": emission_digest(c, decisions),
              "seconds": round(time.perf_counter() - t0, 2)}
+        if fell_back:  # calls of a served site that ran the reference math (cuDNN declined the graph)
+            r["reference_fallback_calls"] = fell_back
         results.append(r)
         if sink:
             with open(sink, "a") as f:
                 f.write(json.dumps(r) + "\n")
         if outcome in ("wrong", "crash"):
-            print(f"--- {outcome.upper()}: {c.describe()}: {detail}", file=out)
+            via = f" (reference fallback in {fell_back} call(s))" if fell_back else ""
+            print(f"--- {outcome.upper()}: {c.describe()}: {detail}{via}", file=out)
             print(reproducer(c, device), file=out)
         elif verbose:
             print(f"{outcome}: {c.describe()} {detail} {reasons}", file=out)
