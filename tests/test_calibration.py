@@ -121,3 +121,14 @@ def test_cli_calibrate_writes_a_calibration_that_loads(tmp_path, monkeypatch, ca
     got, how = calibration.choose(calibration.load(), H100, 91900, cost.BUILTIN, "sm90")
     assert got.speed_ratio == {"flex score_mod": 2.0} and how == "fitted on this GPU and cuDNN"
     assert "sweep.json: 1 rows" in got.source and got.arch == "sm90"  # from the GPU's name (older sweep files)
+
+
+def test_refit_reads_the_always_column_of_a_tuned_sweep():
+    """A ``bench/sweep.py --always`` row: the default policy's column may have kept the site (then it ran
+    torch.compile), the ``always`` column served it; the refit reads that one."""
+    kept = {**_row("flex sliding <=", 0.8, 0.8, served=0), "class": None,
+            "always": {"ms": 1.2, "host_us": 1100.0, "kernel_ms": 0.64}}
+    kept["torch.compile"]["kernel_ms"] = 0.80
+    cal, report = refit.fit([{"device": H100, "cudnn": 92700, "rows": [kept]}])
+    assert cal.speed_ratio == {"flex native band": pytest.approx(0.80 / 0.64)}
+    assert "flex sliding <= [2, 16, 4096, 128, 16]: flex native band: 1.25x (kernel times)" in "\n".join(report)

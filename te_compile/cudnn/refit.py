@@ -3,7 +3,8 @@
     te-compile calibrate sweep-flex.json sweep-sdpa.json [--cudnn 9.27] [--out my-gpu.json]
 
 Run the sweep with ``TE_COMPILE_SERVE=always`` (every site served, so each row times cuDNN against
-torch.compile) on the GPU and cuDNN to calibrate. Per row:
+torch.compile) on the GPU and cuDNN to calibrate, or with ``--always`` (its ``always`` column is then te_compile's
+side). Per row:
 
 * its site class is the row's ``class`` (the sweep records ``cost.site_class`` of the served site) or, for files
   from before it did, ``CASE_CLASS`` by the row's case name;
@@ -103,7 +104,17 @@ def _arch(files: list[dict]) -> str:
     return "sm90" if any(g in name for g in ("H100", "H200", "H800", "H20")) else ""
 
 
+def _as_served(row: dict) -> dict:
+    """A ``--always`` sweep row read as if it came from a ``TE_COMPILE_SERVE=always`` sweep: its ``always`` column
+    (every site served) is te_compile's side, whatever the default policy's column decided."""
+    if not isinstance(row.get("always"), dict):
+        return row
+    cls = row.get("class") or CASE_CLASS.get(row.get("case", ""))
+    return {**row, "te_compile": row["always"], "served": 1, "class": cls}
+
+
 def _fit_row(row: dict, mode: str, ratios: dict, tflops: list, host: dict, report: list) -> None:
+    row = _as_served(row)
     name = f"{row.get('case')} {row.get('shape')}"
     for side in ("te_compile", "torch.compile"):
         if "host_us" in row.get(side, {}) and (side == "torch.compile" or row.get("served")):
