@@ -4,6 +4,7 @@
     torch.compile(model, backend=te_compile.backend(inner="aot_eager", target="reference"))
     print(te_compile.explain(model, x))                        # what was rewritten, and why
     te_compile.tune(model, x)                                  # measure its sites on this GPU (cached)
+    te_compile.runtime_fallbacks()                             # served calls cuDNN declined at run time
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ from __future__ import annotations
 from . import ops  # noqa: F401  (registers torch.ops.te_compile.*)
 from .backend import backend, compile, te_compile_backend  # noqa: A004
 from .explain import Report, explain
+from .kernels import runtime_fallbacks
 from .spec import AttentionSpec
 from .tuning.tune import tune
 from .verify import VerificationError
 
 __version__ = "0.1.0"
 __all__ = ["backend", "compile", "te_compile_backend", "explain", "tune", "Report", "AttentionSpec",
-           "VerificationError", "__version__"]
+           "VerificationError", "runtime_fallbacks", "__version__"]
 
 
 def _inside_torch_log_setup() -> bool:

@@ -33,11 +33,26 @@ _warned_lock = threading.Lock()
 #: (spec key, "forward" | "backward") -> how many calls cuDNN could not serve (the reference math ran); every
 #: call counts, not only the warned first one, so a test or the fuzzer can tell which implementation ran
 fallbacks: "collections.Counter[tuple[str, str]]" = collections.Counter()
+#: (spec key, direction) -> cuDNN's reason for the last declined call
+_fallback_reasons: dict[tuple[str, str], str] = {}
+
+
+def runtime_fallbacks() -> list[dict]:
+    """The served sites whose calls ran the reference math because cuDNN declined the graph at run time (no
+    engine on this GPU / cuDNN version), in this process: one dict per site and direction, with ``site`` (the
+    spec described), ``direction``, ``calls`` and ``reason``. Such results are correct but slow; an empty list
+    means every served call ran on cuDNN."""
+    with _warned_lock:
+        items = sorted(fallbacks.items())
+        reasons = dict(_fallback_reasons)
+    return [{"site": AttentionSpec.from_key(key).describe(), "direction": d, "calls": n,
+             "reason": reasons.get((key, d), ""), "spec": key} for (key, d), n in items if n]
 
 
 def _warn_fallback(spec_key: str, direction: str, why: str) -> None:
     with _warned_lock:
         fallbacks[(spec_key, direction)] += 1
+        _fallback_reasons[(spec_key, direction)] = why
         if (spec_key, direction) in _warned:
             return
         _warned.add((spec_key, direction))

@@ -75,3 +75,17 @@ def test_results_say_when_a_served_site_ran_the_reference_fallback(monkeypatch, 
     assert results[1]["reference_fallback_calls"] == 3
     assert kernels.fallbacks[(key, "backward")] == before + 3
     assert "(reference fallback in 3 call(s))" in out.getvalue()
+
+
+def test_runtime_fallbacks_lists_sites_with_calls_and_reason():
+    import te_compile
+    from te_compile import kernels
+    from te_compile.spec import AttentionSpec
+    key = AttentionSpec(mask="causal", scale=0.2).key()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for why in ("no engine (first)", "no engine (last)"):
+            kernels._warn_fallback(key, "forward", why)
+    (row,) = [r for r in te_compile.runtime_fallbacks() if r["spec"] == key]
+    assert row["direction"] == "forward" and row["calls"] == 2 and row["reason"] == "no engine (last)"
+    assert row["site"] == AttentionSpec.from_key(key).describe()
