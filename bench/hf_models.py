@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 
 import torch
@@ -201,6 +202,7 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001 - report the row, go on
                 print(f"{kind:8s} {impl:15s} error {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
                 rows.append({"model": kind, "impl": impl, "error": f"{type(e).__name__}: {e}"[:300]})
+            save(a.json, rows)  # after every row: a run cut short keeps what it measured
     for mode in ("train", "infer"):
         r = [x[mode + "_ratio"] for x in rows if mode + "_ratio" in x]
         if r:
@@ -211,10 +213,18 @@ def main() -> int:
         aa = [x[mode + "_aa"] for x in rows if mode + "_aa" in x]
         if aa:
             print(f"{mode} A/A (torch.compile vs itself): {min(aa):.2f}-{max(aa):.2f}x")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=1)
+    save(a.json, rows)
     return 0
+
+
+def save(path: str, rows: list) -> None:
+    if not path:
+        return
+    from te_compile.cudnn.versions import running
+    with open(path + ".tmp", "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": running(),
+                   "rows": rows}, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

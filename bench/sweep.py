@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import time
 from typing import Callable
@@ -279,13 +280,17 @@ def main() -> int:
     ic.compile_threads = 1  # the compile workers' start-up slows the host side of measurements (cudnn-notes)
     rows = []
     log = lambda s: print(s, flush=True)  # noqa: E731
+
+    def add(row: dict) -> None:  # the JSON is rewritten after every row: a run cut short keeps what it measured
+        rows.append(row)
+        save(a.json, rows)
     if a.part == "sdpa":
         for B, L, D, Hkv in ((1, 512, 64, 16), (4, 1024, 64, 16), (4, 1024, 64, 4), (8, 1024, 128, 16),
                              (1, 2048, 128, 16), (2, 4096, 64, 16), (2, 4096, 128, 16), (1, 8192, 128, 8),
                              (1, 16384, 128, 16)):
             args = _qkv(B, 16, L, D, Hkv)
             for name, fn in sdpa_variants().items():
-                rows.append(measure_pair(name, fn, args, a.iters, log, others=_extra(a, fn)))
+                add(measure_pair(name, fn, args, a.iters, log, others=_extra(a, fn)))
             if Hkv == 16 and L in (1024, 4096, 8192):
                 # masks: a bool padding mask, a frozen float bias, a learned float bias
                 g = torch.Generator(device="cuda").manual_seed(1)
@@ -295,7 +300,7 @@ def main() -> int:
                 for name, m in (("sdpa bool mask", pad), ("sdpa frozen bias", bias),
                                 ("sdpa learned bias", bias.clone().requires_grad_())):
                     fm = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
-                    rows.append(measure_pair(name, fm, args + [m], a.iters, log, others=_extra(a, fm)))
+                    add(measure_pair(name, fm, args + [m], a.iters, log, others=_extra(a, fm)))
     else:
         B, H, L, D = (int(x) for x in a.shape.split(","))
         args = _qkv(B, H, L, D)
@@ -306,7 +311,7 @@ def main() -> int:
                 continue
             others = {"FLASH": flash[name]} if name in flash else {}
             others.update(_extra(a, fn))
-            rows.append(measure_pair(name, fn, args, a.iters, log, rounds=a.rounds, others=others))
+            add(measure_pair(name, fn, args, a.iters, log, rounds=a.rounds, others=others))
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
         log(f"geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x over {len(ratios)} rows, "
@@ -327,13 +332,19 @@ def main() -> int:
         if fr:
             log(f"vs {other}: geomean {math.exp(sum(map(math.log, fr)) / len(fr)):.2f}x over {len(fr)} rows, "
                 f"min {min(fr):.2f}x, max {max(fr):.2f}x")
-    if a.json:
-        with open(a.json, "w") as f:
-            from te_compile.cudnn.versions import running
-            arch = "sm{}{}".format(*torch.cuda.get_device_capability())
-            json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__, "cudnn": running(),
-                       "infer": INFER, "mode": MODE, "rows": rows}, f, indent=1)
+    save(a.json, rows)
     return 0
+
+
+def save(path: str, rows: list) -> None:
+    if not path:
+        return
+    from te_compile.cudnn.versions import running
+    arch = "sm{}{}".format(*torch.cuda.get_device_capability())
+    with open(path + ".tmp", "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__, "cudnn": running(),
+                   "infer": INFER, "mode": MODE, "rows": rows}, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":
