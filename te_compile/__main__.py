@@ -93,8 +93,10 @@ def _tune(argv: list[str]) -> int:
         entries = cache.entries()
         print(f"{len(entries)} measurement(s) in {cache.path()}")
         for key, e in sorted(entries.items()):
+            ratios = e.get("ratios") or []
+            won = f" (cuDNN faster in {sum(r > 1.0 for r in ratios)} of {len(ratios)} rounds)" if ratios else ""
             print(f"  {e.get('site', key)}: {e.get('te_ms', 0):.3f} ms cuDNN vs {e.get('tc_ms', 0):.3f} ms "
-                  f"torch.compile")
+                  f"torch.compile{won}")
         return 0
     fn, args, kwargs = _load(a.factory)
     print(f"te-compile tune: {a.factory} on {tuning.platform()['gpu']} (cache {cache.path()})", flush=True)

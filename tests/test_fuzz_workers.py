@@ -75,6 +75,8 @@ def test_results_say_when_a_served_site_ran_the_reference_fallback(monkeypatch, 
     assert results[1]["reference_fallback_calls"] == 3
     assert kernels.fallbacks[(key, "backward")] == before + 3
     assert "(reference fallback in 3 call(s))" in out.getvalue()
+    assert fuzz.summary(results, "cpu").endswith("; 1 served case(s) ran the reference fallback at run time")
+    assert "fallback" not in fuzz.summary(results[:1], "cpu")
 
 
 def test_runtime_fallbacks_lists_sites_with_calls_and_reason():

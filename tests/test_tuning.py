@@ -189,6 +189,9 @@ def test_cli_tune_list(capsys):
     assert main(["tune", "--list"]) == 0
     out = capsys.readouterr().out
     assert "1 measurement(s)" in out and "mask=causal: 0.500 ms cuDNN vs 0.700 ms torch.compile" in out
+    cache.put("k", {"site": "mask=causal", "te_ms": 0.5, "tc_ms": 0.7, "ratios": [1.4, 1.3, 0.9]})
+    assert main(["tune", "--list"]) == 0
+    assert "torch.compile (cuDNN faster in 2 of 3 rounds)" in capsys.readouterr().out
 
 
 def test_noise_leaves_out_one_stray_round():

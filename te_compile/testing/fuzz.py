@@ -747,9 +747,11 @@ def summary(results: list[dict], device: str) -> str:
     valid = len(results) - counts["invalid"]
     served = counts["pass"] + counts["wrong"]
     frac = served / valid if valid else 0.0
+    fell_back = sum(1 for r in results if r.get("reference_fallback_calls"))
     return (f"fuzz {device}: {len(results)} cases, {valid} valid: {counts['pass']} pass, {counts['wrong']} wrong, "
             f"{counts['crash']} crash, {counts['kept']} kept ({counts['kept_mismatch']} kept with a mismatch "
-            f"outside te_compile), {counts['invalid']} invalid; served {served}/{valid} ({100 * frac:.0f}%)")
+            f"outside te_compile), {counts['invalid']} invalid; served {served}/{valid} ({100 * frac:.0f}%)"
+            + (f"; {fell_back} served case(s) ran the reference fallback at run time" if fell_back else ""))
 
 
 def main(argv: Optional[list[str]] = None) -> int:
