@@ -53,12 +53,13 @@ def test_inf_input_gives_nan_rows_as_eager():
     assert torch.equal(torch.isnan(got), torch.isnan(want))
 
 
-def test_a_served_learned_bias_runs_on_cudnn_not_the_fallback(backend):
-    """A site served at compile time runs on cuDNN at run time, forward and backward: learned [L] and [S] tables
-    (the peer pt_distinct_learned) at L 129, S 300 under a causal BlockMask, the case whose bias gradient once
-    missed the tolerance by a little (docs/cudnn-notes.md). Any call cuDNN declined shows in
-    te_compile.runtime_fallbacks()."""
-    case = fuzz.Case(seed=104152, B=2, H=4, HKV=4, L=129, S=300, D=64, DV=64, block=128,
+def test_a_learned_bias_cudnn_cannot_build_is_kept_not_run_on_the_fallback(backend):
+    """Learned [L] and [S] tables (the peer pt_distinct_learned) at L 129, S 300 under a causal BlockMask: cuDNN's
+    validator accepts the backward graph with dBias, yet no engine builds a plan for it (9.19 and 9.27, H200), and
+    a site served on it ran the reference math at every backward call, in bf16, a little past the tolerance. The
+    compile-time check builds the plans on the GPU: the site is kept with that reason, or served and run on cuDNN
+    (no call in te_compile.runtime_fallbacks()) where a cuDNN builds it."""
+    case = fuzz.Case(seed=104151, B=2, H=4, HKV=4, L=129, S=300, D=64, DV=64, block=128,
                      score="def score_mod(score, b, h, q_idx, kv_idx):\n    return score + bias1[q_idx] + bias2[kv_idx]\n",
                      mask="def mask_mod(b, h, q_idx, kv_idx):\n    return q_idx >= kv_idx\n",
                      captured=[{"name": "bias1", "shape": ["L"], "make": "randn", "dtype": "float32", "learned": True},
@@ -66,6 +67,9 @@ def test_a_served_learned_bias_runs_on_cudnn_not_the_fallback(backend):
     calls = lambda: sum(r["calls"] for r in te_compile.runtime_fallbacks())  # noqa: E731
     before = calls()
     outcome, detail, decisions = fuzz.compare(case, "cuda", backend)
-    assert any(d.rewrite for d in decisions), [d.reason for d in decisions]
     assert calls() == before, te_compile.runtime_fallbacks()
-    assert outcome == "pass", detail
+    if any(d.rewrite for d in decisions):
+        assert outcome == "pass", detail
+    else:
+        assert outcome == "kept", detail
+        assert any("builds no backward plan" in d.reason for d in decisions), [d.reason for d in decisions]

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from te_compile.cudnn.check import check
+from te_compile.reasons import NOT_ON_CUDNN
 from te_compile.passes.rewrite import rewrite_graph
 from te_compile.spec import AttentionSpec
 
@@ -324,3 +325,86 @@ def test_raw_execute_slots(order, uids, slots):
     skips the buffers the backend does not read (graphs.raw_slots); anything else takes FE's public execute."""
     from te_compile.cudnn import graphs
     assert graphs.raw_slots(order, uids) == slots
+
+
+def test_on_a_gpu_a_graph_no_engine_builds_is_kept_with_the_direction_and_version(monkeypatch):
+    """cuDNN's validator accepts graphs for which no engine builds a plan (a learned bias with dBias under a
+    causal band at L 129, S 300 on an H200); with the call's GPU at hand the check builds the plans, so such a
+    site stays with Inductor instead of running the reference math at every call. Stand-in GPU: forward plans
+    build, backward plans do not."""
+    import cudnn
+
+    from te_compile.cudnn import check as chk, graphs, versions
+
+    built = []
+
+    def finish(g, uids):
+        built.append("backward" if int(graphs._UID.DQ) in uids else "forward")
+        if built[-1] == "backward":
+            raise cudnn.cudnnGraphNotSupportedError("No valid engine configs for ____________ {\"engineId\":0}")
+        return None
+
+    monkeypatch.setattr(chk, "_gpu", lambda q: "cuda:0")
+    monkeypatch.setattr(graphs, "handle", lambda device: None)
+    monkeypatch.setattr(graphs, "finish", finish)
+    monkeypatch.setattr(versions, "running", lambda: 91900)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Stand-in GPU")
+    chk._validate.cache_clear()
+    try:
+        q = torch.empty(2, 4, 129, 64, device="meta", dtype=torch.bfloat16)
+        k, v = (torch.empty(2, 4, 300, 64, device="meta", dtype=torch.bfloat16) for _ in range(2))
+        bias = torch.empty(1, 1, 129, 300, device="meta", dtype=torch.bfloat16)
+        spec = AttentionSpec(source="flex", scale=0.125, mask_mod="(ge q_idx kv_idx)")
+        assert check(q, k, v, bias, spec, False, False) is None  # inference: the forward builds
+        assert built == ["forward"]
+        why = check(q, k, v, bias, spec, True, True)
+        assert built == ["forward", "forward", "backward"]
+        assert why == ("cuDNN 9.19 builds no backward plan for this graph on Stand-in GPU: "
+                       "No valid engine configs for"), why
+        assert why.category == NOT_ON_CUDNN
+    finally:
+        chk._validate.cache_clear()
+
+
+def test_plans_are_built_only_where_the_calls_gpu_is_present(monkeypatch):
+    from te_compile.cudnn import check as chk
+    q = torch.empty(1, 1, 8, 8, device="meta")
+    assert chk._gpu(q) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with FakeTensorMode():
+        fake = torch.empty(1, 1, 8, 8, device="cuda")
+    assert chk._gpu(fake) is None  # fake CUDA values on a machine without a GPU: FE's validator only
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert chk._gpu(fake) == str(fake.device)  # the device the plans are built on
+
+
+@pytest.mark.parametrize("learned", [True, False])
+def test_a_site_whose_dbias_plan_does_not_build_is_kept_end_to_end(monkeypatch, learned):
+    """The rewrite pass over an SDPA call with a float mask at S 300, on a stand-in GPU that builds every plan but
+    the dBias backward (as cuDNN 9.19 / 9.27 on an H200): a learned mask keeps the node with the reason, a frozen
+    one (no dBias) is served."""
+    import cudnn
+
+    from te_compile.cudnn import check as chk, graphs, versions
+
+    def finish(g, uids):
+        if int(graphs._UID.DBIAS) in uids:
+            raise cudnn.cudnnGraphNotSupportedError("No valid engine configs for ____ {}")
+
+    monkeypatch.setattr(chk, "_gpu", lambda q: "cuda:0")
+    monkeypatch.setattr(graphs, "handle", lambda device: None)
+    monkeypatch.setattr(graphs, "finish", finish)
+    monkeypatch.setattr(versions, "running", lambda: 91900)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Stand-in GPU")
+    chk._validate.cache_clear()
+    try:
+        shapes = [(2, 4, 129, 64), (2, 4, 300, 64), (2, 4, 300, 64)]
+        d, gm = _decide(sdpa_mask, shapes, mask=((1, 1, 129, 300), torch.bfloat16, learned))
+    finally:
+        chk._validate.cache_clear()
+    if learned:
+        assert not d.rewrite and d.runs_on == "kept"
+        assert "cuDNN 9.19 builds no backward plan for this graph on Stand-in GPU" in d.reason, d.reason
+        assert "scaled_dot_product_attention" in gm.code
+    else:
+        assert d.rewrite and d.runs_on == "cudnn", d.reason

@@ -57,7 +57,7 @@ def run(variant, q, k, v, do, bias32, o_ref, lse_ref, spec, scale):
         b = graphs._bias4d(bias32.to(bias_dt), B, H, L, S)  # rows padded to 16-byte strides, as te_compile does
         o = o_ref.to(q.dtype).contiguous()
         meta = graphs._meta
-        built = graphs._finish(g, graphs.define_backward(
+        built = graphs.finish(g, graphs.define_backward(
             g, io, lw, meta(q), meta(k), meta(v), meta(o), meta(do), meta(b), True,
             (q.stride(), k.stride(), v.stride())))
     except Exception as e:  # noqa: BLE001 - the point is which forms cuDNN takes

@@ -2,15 +2,19 @@
 
 Runs on the CPU while the graph is rewritten, from the graph's example values only: static
 rules first (dtype, rank, head dim), then cuDNN FE's own validator on the forward (and, when
-gradients are needed, the backward) graph description. It returns a ``Reason`` (a string with a
-category, te_compile.reasons), or None when cuDNN should serve the call. A configuration that
-passes here and still finds no engine on the GPU falls back to the reference math at run time,
-with a warning.
+gradients are needed, the backward) graph description. On a machine with the call's GPU it
+also builds the plans: the validator accepts graphs no engine runs (a bias with dBias under
+any mask at key lengths that are not a multiple of 8), and a site served on such a graph would run
+the reference math at every call. It returns a ``Reason`` (a string with a category,
+te_compile.reasons), or None when cuDNN should serve the call. A configuration that passes here and
+still finds no engine at run time (symbolic shapes, other layouts) falls back to the reference math,
+with a warning (te_compile.runtime_fallbacks()).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import Optional
 
 import torch
@@ -56,9 +60,20 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
         S = shapes[1][2]
         b = (1,) * (4 - len(bshape)) + bshape
         b4 = (B if b[0] != 1 else 1, H if b[1] != 1 else 1, L, S)
-        bias_meta = (b4, contiguous_strides(b4))
+        bias_meta = (b4, _bias_strides(b4))
     return _validate(spec, tuple((s, _strides(s, t)) for s, t in zip(shapes, (q, k, v))), bias_meta,
-                     str(q.dtype), needs_grad, need_dbias)
+                     str(q.dtype), needs_grad, need_dbias, _gpu(q))
+
+
+def _gpu(q: torch.Tensor) -> Optional[str]:
+    """The CUDA device the call runs on, where this process can build plans there; else None."""
+    return str(q.device) if q.device.type == "cuda" and torch.cuda.is_available() else None
+
+
+def _bias_strides(b4: tuple[int, ...]) -> tuple[int, ...]:
+    """The bias operand's strides as the run time hands them to cuDNN (rows at 16-byte strides)."""
+    sp = -(-b4[3] // 8) * 8
+    return (b4[1] * b4[2] * sp, b4[2] * sp, sp, 1)
 
 
 def _native_alibi(spec: AttentionSpec, q: torch.Tensor, k: torch.Tensor) -> bool:
@@ -95,7 +110,7 @@ def _strides(shape: tuple[int, ...], t: torch.Tensor) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=512)
 def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype: str,
-              needs_grad: bool, need_dbias: bool) -> Optional[Reason]:
+              needs_grad: bool, need_dbias: bool, gpu: Optional[str] = None) -> Optional[Reason]:
     try:
         from . import graphs
     except Exception as e:  # noqa: BLE001 - a broken install must not crash compilation
@@ -110,23 +125,39 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
 
         def rows(m, n):
             return ((*m[0][:2], n, m[0][3]), m[1])
-        return (_validate(sp.prefix, (q, rows(k, P), rows(v, P)), None, dtype, needs_grad, need_dbias)
+        return (_validate(sp.prefix, (q, rows(k, P), rows(v, P)), None, dtype, needs_grad, need_dbias, gpu)
                 or _validate(sp.causal, (rows(q, L - P), rows(k, S - P), rows(v, S - P)), None, dtype,
-                             needs_grad, need_dbias))
+                             needs_grad, need_dbias, gpu))
     o_shape = (B, H, L, v[0][3])
     o_meta = (o_shape, like_layout_strides(o_shape, torch.empty_strided(q[0], q[1], device="meta")))
     inputs = tuple(((B, H, 1, 1), (H, 1, 1, 1)) for _ in range(spec.n_inputs))
+    lw = lower(spec, (L, k[0][2]), heads=H)
+    direction = "forward"
     try:
-        g = graphs.new_graph(None, io)
-        lw = lower(spec, (L, k[0][2]), heads=H)
-        graphs.define_forward(g, io, lw, q, k, v, bias_meta, o_meta[1], inputs)
-        g.validate()
+        g = graphs.new_graph(_handle(graphs, gpu), io)
+        _settle(graphs, g, graphs.define_forward(g, io, lw, q, k, v, bias_meta, o_meta[1], inputs), gpu)
         if needs_grad:
-            g = graphs.new_graph(None, io)
-            graphs.define_backward(g, io, lw, q, k, v, o_meta, o_meta, bias_meta, need_dbias,
-                                   (q[1], k[1], v[1]), inputs)
-            g.validate()
+            direction = "backward"
+            g = graphs.new_graph(_handle(graphs, gpu), io)
+            _settle(graphs, g, graphs.define_backward(g, io, lw, q, k, v, o_meta, o_meta, bias_meta, need_dbias,
+                                                      (q[1], k[1], v[1]), inputs), gpu)
     except Exception as e:  # noqa: BLE001 - any validator complaint is a reason to keep the node
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return Reason(f"cuDNN support check: {msg}", NOT_ON_CUDNN)
+        msg = re.sub(r"\s*_{3,}.*", "", msg)[:240]  # FE pads some messages with a row of underscores
+        if gpu is None:
+            return Reason(f"cuDNN support check: {msg}", NOT_ON_CUDNN)
+        return Reason(f"cuDNN {versions.describe(versions.running())} builds no {direction} plan for this graph on "
+                      f"{torch.cuda.get_device_name(gpu)}: {msg}", NOT_ON_CUDNN)
     return None
+
+
+def _handle(graphs, gpu: Optional[str]):
+    return None if gpu is None else graphs.handle(torch.device(gpu))
+
+
+def _settle(graphs, g, uids: list, gpu: Optional[str]) -> None:
+    """Validate ``g``; with a GPU at hand, build its plans as the run time would (raises when none)."""
+    if gpu is None:
+        g.validate()
+    else:
+        graphs.finish(g, uids)

@@ -316,7 +316,7 @@ def _bias4d(bias: Tensor, B: int, H: int, L: int, S: int) -> Tensor:
     return b
 
 
-def _padded_strides(shape: Sequence[int]) -> tuple[int, ...]:
+def padded_strides(shape: Sequence[int]) -> tuple[int, ...]:
     """Row-major strides with the rows (last dim) padded to a multiple of 8 elements (16 bytes):
     cuDNN reads and writes bias / dBias rows at 16-byte-aligned strides (a dBias with S = 255 came
     back wrong)."""
@@ -385,7 +385,8 @@ def new_graph(handle: Any, io: Any) -> Any:
     return cudnn.pygraph(handle=handle, io_data_type=io, intermediate_data_type=_F32, compute_data_type=_F32)
 
 
-def _finish(g: Any, uids: list[int]) -> _Built:
+def finish(g: Any, uids: list[int]) -> _Built:
+    """Build ``g``'s execution plans (raises cudnnGraphNotSupportedError when no engine runs it)."""
     g.validate()
     g.build_operation_graph()
     g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
@@ -431,7 +432,7 @@ def define_backward(g: Any, io: Any, lw: Lowering, q: Meta, k: Meta, v: Meta, o:
     kw = _sdpa_kwargs(lw, q[0][3], bt, em, backward=True)
     dbt = None
     if need_dbias and b4 is not None:
-        dbt = _tensor(g, "dBias", (b4[0], _padded_strides(b4[0])), io, _UID.DBIAS)
+        dbt = _tensor(g, "dBias", (b4[0], padded_strides(b4[0])), io, _UID.DBIAS)
         kw["dBias"] = dbt
     dq, dk, dv = g.sdpa_backward(name="sdpa_bwd", q=qt, k=kt, v=vt, o=ot, dO=dot, stats=st, **kw)
     for t, uid, ref, stride in zip((dq, dk, dv), (_UID.DQ, _UID.DK, _UID.DV), (q, k, v), grad_strides):
@@ -601,7 +602,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
 
     def build() -> _Built:
         g = new_graph(h, io)
-        return _finish(g, define_forward(g, io, lw, *metas, o_stride, in_metas))
+        return finish(g, define_forward(g, io, lw, *metas, o_stride, in_metas))
 
     built = cache.get(key, build)
     out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
@@ -694,7 +695,7 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
 
     def build() -> _Built:
         g = new_graph(h, io)
-        return _finish(g, define_backward(g, io, lw, *metas, need_dbias, grad_strides, in_metas))
+        return finish(g, define_backward(g, io, lw, *metas, need_dbias, grad_strides, in_metas))
 
     built = cache.get(key, build)
     dq, dk, dv = (torch.empty_strided(tuple(t.shape), st, dtype=t.dtype, device=t.device)
