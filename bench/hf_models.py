@@ -109,7 +109,7 @@ def _tune(model, ids, extra) -> dict:
 
 
 def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mode: str = "default",
-          control: bool = False, tune: bool = False, always: bool = False) -> dict:
+          control: bool = False, tune: bool = False, always: bool = False, flash: bool = False) -> dict:
     import te_compile
     from te_compile.reasons import category
 
@@ -127,17 +127,21 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
         fns["control"] = torch.compile(model, mode=m)
     if always:  # the oracle is the faster of serve="always" and plain torch.compile
         fns["always"] = torch.compile(model, backend=te_compile.backend(serve="always"), mode=m)
+    # FlexAttention's FLASH backend (FA4): plain torch.compile, the model's flex calls given kernel_options
+    kwargs = {"FLASH": {"kernel_options": {"BACKEND": "FLASH"}}}
+    if flash and impl == "flex_attention":
+        fns["FLASH"] = torch.compile(model, mode=m)
 
-    def train(f):
+    def train(f, name=""):
         def step():
             model.zero_grad(set_to_none=True)
-            f(**_inputs(ids, extra, True)).loss.backward()
+            f(**_inputs(ids, extra, True), **kwargs.get(name, {})).loss.backward()
         return step
 
-    def infer(f):
+    def infer(f, name=""):
         def step():
             with torch.no_grad():
-                f(**_inputs(ids, extra, False))
+                f(**_inputs(ids, extra, False), **kwargs.get(name, {}))
         return step
 
     row = {"mode": mode, "model": kind, "impl": impl, "sites": s["sites"], "cudnn": s["cudnn"], "kept": s["kept"],
@@ -146,18 +150,26 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
     for mode, mk in (("train", train), ("infer", infer)):
         best = {}
         from torch._dynamo.utils import counters
-        for name, f in fns.items():
+        for name, f in list(fns.items()):
             skips = counters["inductor"]["cudagraph_skips"]
             with record_reports() as graphs:
-                mk(f)()  # compile
+                try:
+                    mk(f, name)()  # compile
+                except Exception as e:  # noqa: BLE001 - a FLASH column that does not run is a row entry
+                    if name != "FLASH":
+                        raise
+                    row[mode + "_flash_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:150]}"
+                    print(f"FLASH {mode}: {row[mode + '_flash_error']}", flush=True)
+                    continue
             if mode_arg != "default":  # graphs Inductor ran without CUDA graphs (0: all recorded)
                 row[f"{mode}_cudagraph_skips_{name}"] = counters["inductor"]["cudagraph_skips"] - skips
             if name == "te_compile" and graphs:  # what the compiled model itself decided (mode included)
                 got = Report(list(graphs)).summary()
                 row[mode + "_sites"] = {k: got[k] for k in ("sites", "cudnn", "kept")}
+        runs = {n: f for n, f in fns.items() if not (n == "FLASH" and mode + "_flash_error" in row)}
         for _ in range(rounds):
-            for name, f in fns.items():
-                t = _time(mk(f), iters)
+            for name, f in runs.items():
+                t = _time(mk(f, name), iters)
                 best[name] = min(best.get(name, t), t)
         row[mode] = best
         row[mode + "_ratio"] = best["torch.compile"] / best["te_compile"]
@@ -165,12 +177,16 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
             row[mode + "_aa"] = best["torch.compile"] / best["control"]
         if "always" in best:
             row[mode + "_vs_oracle"] = min(best["always"], best["torch.compile"]) / best["te_compile"]
+        if "FLASH" in best:
+            row[mode + "_vs_flash"] = best["FLASH"] / best["te_compile"]
     print(f"{kind:8s} {impl:15s} sites {s['sites']:2d} cudnn {s['cudnn']:2d} kept {s['kept']:2d}  "
           f"train te {row['train']['te_compile']:7.2f} tc {row['train']['torch.compile']:7.2f} ms "
           f"{row['train_ratio']:.2f}x | infer te {row['infer']['te_compile']:7.2f} tc "
           f"{row['infer']['torch.compile']:7.2f} ms {row['infer_ratio']:.2f}x  "
           + (f"A/A train {row['train_aa']:.2f}x infer {row['infer_aa']:.2f}x  " if control else "")
           + (f"default/oracle train {row['train_vs_oracle']:.2f}x infer {row['infer_vs_oracle']:.2f}x  " if always else "")
+          + "".join(f"{md} FLASH {row[md]['FLASH']:7.2f} ms vs te {row[md + '_vs_flash']:.2f}x  "
+                    for md in ("train", "infer") if md + "_vs_flash" in row)
           + f"{reasons} "
           f"compiled: train {row.get('train_sites')} infer {row.get('infer_sites')} "
           f"{ {k: v for k, v in row.items() if 'skips' in k} }", flush=True)
@@ -189,6 +205,8 @@ def main() -> int:
     p.add_argument("--control", action="store_true", help="a second plain torch.compile column (the A/A noise floor)")
     p.add_argument("--tune", action="store_true", help="te_compile.tune each model first (training and inference), "
                    "so the te_compile column decides from measurements")
+    p.add_argument("--flash", action="store_true", help="flex_attention rows: a FLASH (FA4) column, plain "
+                   "torch.compile with kernel_options={'BACKEND': 'FLASH'}")
     p.add_argument("--always", action="store_true", help="a serve='always' column; rows then show default / oracle")
     a = p.parse_args()
     import torch._inductor.config as ic
@@ -198,7 +216,7 @@ def main() -> int:
         for impl in a.impls.split(","):
             try:
                 rows.append(bench(kind, impl, a.batch, a.seq, a.iters, mode=a.mode, control=a.control, tune=a.tune,
-                                  always=a.always))
+                                  always=a.always, flash=a.flash))
             except Exception as e:  # noqa: BLE001 - report the row, go on
                 print(f"{kind:8s} {impl:15s} error {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
                 rows.append({"model": kind, "impl": impl, "error": f"{type(e).__name__}: {e}"[:300]})
@@ -210,6 +228,9 @@ def main() -> int:
         vo = [x[mode + "_vs_oracle"] for x in rows if mode + "_vs_oracle" in x]
         if vo:
             print(f"{mode}: default / oracle geomean {math.exp(sum(map(math.log, vo)) / len(vo)):.2f}x, min {min(vo):.2f}x")
+        vf = [x[mode + "_vs_flash"] for x in rows if mode + "_vs_flash" in x]
+        if vf:
+            print(f"{mode}: FLASH / te_compile geomean {math.exp(sum(map(math.log, vf)) / len(vf)):.2f}x, min {min(vf):.2f}x")
         aa = [x[mode + "_aa"] for x in rows if mode + "_aa" in x]
         if aa:
             print(f"{mode} A/A (torch.compile vs itself): {min(aa):.2f}-{max(aa):.2f}x")
