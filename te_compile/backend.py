@@ -10,6 +10,7 @@ backward graph, and the rest of the model is compiled as usual.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -191,8 +192,10 @@ def _copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
 
 
 def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
-                  mode: Optional[str] = None, inductor_options: Optional[dict] = None) -> Callable:
-    """Rewrite ``gm`` in place, record and log the decisions, then run the inner compiler."""
+                  mode: Optional[str] = None, inductor_options: Optional[dict] = None,
+                  replay_report: bool = False) -> Callable:
+    """Rewrite ``gm`` in place, record and log the decisions, then run the inner compiler. ``replay_report``:
+    the compiled graph records its report again whenever it runs (te_compile.explain: see ``explain_backend``)."""
     original = _copy_graph(gm.graph)
     inductor_config = _inductor_config(options.inner, mode, inductor_options)
     graphs_on = options.cuda_graphs if options.cuda_graphs is not None else _uses_cuda_graphs(options.inner,
@@ -206,11 +209,24 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     if options.inner == "inductor" and any(category(d.reason) == SLOWER for d in decisions):
         compiled, decisions = _compile_or_serve_kept(gm, example_inputs, options, original, decisions,
                                                      inductor_config, graphs_on)
-        _finish(gm, decisions, options)
+        report = _finish(gm, decisions, options)
     else:
-        _finish(gm, decisions, options)  # before Inductor, whose passes change gm in place
+        report = _finish(gm, decisions, options)  # before Inductor, whose passes change gm in place
         compiled = _inner_compile(options.inner, gm, example_inputs, inductor_config)
+    if replay_report:
+        compiled = _replaying(compiled, report)
     return stale_outputs.raising_on_overwritten(compiled) if guard_stale else compiled
+
+
+def _replaying(compiled: Callable, report: GraphReport) -> Callable:
+    """``compiled``, recording ``report`` (once per recorder) each time it runs."""
+
+    @functools.wraps(compiled)
+    def run(*args: Any) -> Any:
+        record(report)
+        return compiled(*args)
+
+    return run
 
 
 def _autotunes(mode: Optional[str], inductor_options: Optional[dict]) -> bool:
@@ -266,7 +282,7 @@ def _rewrite(gm: GraphModule, original: torch.fx.Graph, options: Options, checke
         return []
 
 
-def _finish(gm: GraphModule, decisions: list, options: Options) -> None:
+def _finish(gm: GraphModule, decisions: list, options: Options) -> GraphReport:
     """Record, log and trace the decisions of one compiled graph."""
     global _graph_counter
     _graph_counter += 1
@@ -291,6 +307,7 @@ def _finish(gm: GraphModule, decisions: list, options: Options) -> None:
         log.info("te_compile: graph %d\n%s", report.index, Report([report]).table())
     if decisions:
         _trace_artifact(report)
+    return report
 
 
 def _cudnn_version(decisions: list, options: Options) -> str:
@@ -357,15 +374,33 @@ def backend(inner: str = "inductor", target: str = "auto", verify: bool = False,
     return be
 
 
-_backends: dict[Options, Callable] = {}
+_backends: dict[Any, Callable] = {}
 _backends_lock = threading.Lock()
 
 
-def _make_backend(options_: Options) -> Callable:
+def explain_backend(measuring: bool, **kw: Any) -> Callable:
+    """te_compile.explain's backend (``kw``: te_compile.backend's options): one callable per set of options and
+    ``measuring``, never the one ``backend()`` returns, and its graphs record their report each time they run.
+
+    Dynamo reuses a compiled entry for the backend callable that made it (BACKEND_MATCH). On torch < 2.13 the
+    frames past a graph break inside a submodule run on the model's own code objects, so a later explain call
+    reuses an earlier one's entries there: tracing nothing, it must still report those graphs' sites. A
+    measuring call (te_compile.tune) gets callables of its own: reusing an entry compiled without measuring
+    would measure nothing."""
+    options_ = Options(**kw)
+    key = (options_, "explain", bool(measuring))
+    with _backends_lock:
+        be = _backends.get(key)
+        if be is None:
+            be = _backends[key] = _make_backend(options_, replay_report=True)
+    return be
+
+
+def _make_backend(options_: Options, replay_report: bool = False) -> Callable:
     def te_compile_backend(gm: GraphModule, example_inputs: list[Any], mode: Optional[str] = None,
                            options: Optional[dict] = None) -> Callable:
         # torch.compile(..., mode=..., options=...) hands these to the backend: they configure Inductor
-        return compile_graph(gm, example_inputs, options_, mode, options)
+        return compile_graph(gm, example_inputs, options_, mode, options, replay_report)
 
     te_compile_backend.options = options_  # type: ignore[attr-defined]
     return te_compile_backend

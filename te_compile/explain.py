@@ -15,7 +15,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .backend import backend
+from . import tuning
+from .backend import explain_backend
 from .report import Report, record_reports
 
 
@@ -65,7 +66,8 @@ def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_ea
     Uses ``aot_eager`` by default (the decisions do not depend on the inner compiler, and it is
     quicker); pass ``inner="inductor"`` to see exactly what ``torch.compile`` would run. Calling it
     again and again on one model does not use up the model's recompile budget (each call's compiled
-    entries are its own). If Dynamo compiled no graph at all, the report says so.
+    entries are its own), and every call reports every site it runs, also where Dynamo reused an entry
+    of an earlier call instead of tracing again. If Dynamo compiled no graph at all, the report says so.
 
     ``mode``: the ``torch.compile`` mode the model will run under; the decisions follow it (under CUDA
     graphs, ``mode="reduce-overhead"``, the cost model counts kernel time only). With ``inner="inductor"``
@@ -75,7 +77,8 @@ def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_ea
     if mode is not None and mode != "default":
         from torch._inductor import list_mode_options
         cuda_graphs = bool(list_mode_options(mode).get("triton.cudagraphs", False))
-    be = backend(inner=inner, target=target, verify=verify, serve=serve, cuda_graphs=cuda_graphs)
+    be = explain_backend(tuning.is_measuring(), inner=inner, target=target, verify=verify, cuda_graphs=cuda_graphs,
+                         **({"serve": serve} if serve else {}))
     if mode is not None and inner == "inductor":
         extra_mode = {"mode": mode}
     else:

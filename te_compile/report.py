@@ -50,8 +50,10 @@ class record_reports:
 
 
 def record(report: GraphReport) -> None:
+    """Add ``report`` to every active recorder that does not hold it yet."""
     for sink in getattr(_recorders, "stack", []) or []:
-        sink.append(report)
+        if not any(r is report for r in sink):
+            sink.append(report)
 
 
 def _shape(n: Any) -> str:
