@@ -184,12 +184,12 @@ def test_backend_and_explain_follow_cuda_graphs(monkeypatch):
 
     explain_mod = sys.modules["te_compile.explain"]
     seen = []
-    real = explain_mod.backend
+    real = explain_mod.explain_backend
 
-    def spy(**kw):
+    def spy(measuring, **kw):
         seen.append(kw.get("cuda_graphs"))
-        return real(**kw)
-    monkeypatch.setattr(explain_mod, "backend", spy)
+        return real(measuring, **kw)
+    monkeypatch.setattr(explain_mod, "explain_backend", spy)
     fn = lambda x: x * 2  # noqa: E731 - no attention needed: the options are what is checked
     for mode in (None, "reduce-overhead", "max-autotune-no-cudagraphs"):
         torch._dynamo.reset()
