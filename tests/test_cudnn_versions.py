@@ -21,6 +21,7 @@ def test_emitted_graphs_are_served_only_on_checked_versions(monkeypatch):
     from te_compile.cudnn import versions
     monkeypatch.delenv(versions.ENV, raising=False)
     assert versions.emitted_reason(91900) is None
+    assert versions.emitted_reason(92801) is None  # 9.28.1, checked with the raw score behind one identity
     assert versions.emitted_reason(0) is None  # no cuDNN library loaded
     known = versions.emitted_reason(92700)
     assert "9.27" in known and "illegal memory access" in known and category(known) == CUDNN_VERSION
@@ -78,4 +79,32 @@ def test_distinct_operands_off_repeats_the_operand():
         entries = emit.structure(lowering.lower(spec))
     finally:
         lowering.set_options(**{f: getattr(old, f) for f in ("distinct_operands",)})
-    assert ("mul", (("score",), ("score",))) in [(e[0], e[1]) for e in entries if len(e) == 3]
+    muls = [e[1] for e in entries if len(e) == 3 and e[0] == "mul"]
+    assert any(len(ops) == 2 and ops[0] == ops[1] for ops in muls), muls
+
+
+@pytest.mark.parametrize("expr", ["score ** 3", "torch.maximum(score * 2, score)", "torch.minimum(-score, score)",
+                                  "torch.sqrt(torch.abs(torch.maximum((score * 2), score)) + 0.5)",
+                                  "torch.tanh(score / 30) * 30", "score * score"])
+def test_raw_score_has_one_consumer(expr):
+    """cuDNN's score tensor feeds exactly one op, an identity (EmitOptions.score_identity), in the forward and
+    the backward transcript, at a ragged length (the padded-tile guard reads the score's shape too)."""
+    from te_compile.cudnn import emit, lowering
+    spec = _spec_of(expr)
+    assert spec is not None, f"{expr} was not served on the reference target"
+    entries = emit.structure(lowering.lower(spec, (129, 100)))
+    users = [e[0] for e in entries if len(e) == 3 and isinstance(e[1], tuple) and ("score",) in e[1]]
+    assert users == ["identity"], f"{expr}: the raw score feeds {users}"
+
+
+def test_score_identity_off_reads_the_raw_score_in_several_ops():
+    """The check above can fail: with the option off, score ** 3 reads the raw score in several ops."""
+    from te_compile.cudnn import emit, lowering
+    spec = _spec_of("score ** 3")
+    old = lowering.set_options(score_identity=False)
+    try:
+        entries = emit.structure(lowering.lower(spec, (129, 100)))
+    finally:
+        lowering.set_options(score_identity=old.score_identity)
+    users = [e[0] for e in entries if len(e) == 3 and isinstance(e[1], tuple) and ("score",) in e[1]]
+    assert len(users) > 1 and "mul" in users

@@ -36,12 +36,16 @@ _I32, _F32, _BOOL = cudnn.data_type.INT32, cudnn.data_type.FLOAT, cudnn.data_typ
 _AXES = {"b": 0, "q_idx": 2, "kv_idx": 3}
 
 
-@functools.lru_cache(maxsize=1024)
 def structure(lw: Lowering) -> tuple:
     """What the emitted score_mod / bprop ops are, with pass-by-value constants as slots: the
     transcript of running the Emitter on a recording graph. Two specs with equal structures
     build identical cuDNN graphs that differ only in the values fed at execute, so the graph
     cache keys on this, and a changed softcap or bias slope reuses the built graph."""
+    return _structure(lw, lowering_mod.OPTIONS)  # the emission options change the ops, not only the record
+
+
+@functools.lru_cache(maxsize=1024)
+def _structure(lw: Lowering, options: lowering_mod.EmitOptions) -> tuple:
     rec = _Recorder()
     consts = {v: _Rec(("pbv", j)) for j, v in enumerate(lw.constants)}
     inputs = [_Rec(("in", i)) for i in range(lw.spec.n_inputs)]
@@ -165,6 +169,8 @@ class Emitter:
     def score_mod(self, graph: Any, score: Any) -> Any:
         graph = _distinct(graph)
         self.g, self.memo = graph, {}
+        if lowering_mod.OPTIONS.score_identity:  # EmitOptions.score_identity says why
+            score = graph.identity(score, compute_data_type=_F32)
         self.score = self.raw = score
         if self.plan is not None:  # mask first: cuDNN then skips masked tiles (module docstring)
             s1 = self._select(self.mask, score, self._const(float("-inf")))

@@ -59,6 +59,11 @@ class EmitOptions:
     #: second use goes through an identity op. cuDNN 9.27's runtime-compiled engines ran such graphs into an
     #: illegal memory access that poisons the CUDA context (docs/cudnn-notes.md)
     distinct_operands: bool = True
+    #: the raw score reaches the score_mod through one identity op, so cuDNN's score tensor has a single
+    #: consumer. cuDNN 9.27 and 9.28 ran graphs that read the raw score in two ops, one feeding the other
+    #: (``score ** 3``, ``maximum(score * 2, score)``), into the same context-killing illegal memory access;
+    #: 9.19 ran them. No kernel-time cost measured (docs/cudnn-notes.md)
+    score_identity: bool = True
 
     def __post_init__(self) -> None:
         if self.const_mode not in ("pbv", "scalar", "pbv_nonint"):
