@@ -366,7 +366,9 @@ def split_additive(e: Expr, in_f: Optional[Callable[[Expr], bool]] = None) -> tu
     def flat(x: Expr, sign: int, factor: Optional[tuple[str, Expr]] = None) -> None:
         def term(t: Expr) -> Expr:
             return t if factor is None else Expr(factor[0], (t, factor[1]))
-        if x.op == "add":
+        if x.op in ("add", "sub", "neg") and kind_of(x) == "bool":
+            terms.append((sign, term(x)))  # bool + bool is a logical or in torch: one term, not two
+        elif x.op == "add":
             flat(x.args[0], sign, factor)
             flat(x.args[1], sign, factor)
         elif x.op == "sub":
@@ -381,6 +383,10 @@ def split_additive(e: Expr, in_f: Optional[Callable[[Expr], bool]] = None) -> tu
             terms.append((sign, term(x)))
 
     flat(e, 1)
+    if kind_of(e) != "bool":
+        # a bool term of a numeric chain (``... - (score > 0)``) was promoted by the chain's add; regrouped, it
+        # would be subtracted or negated as a bool (torch refuses) or added to another bool (logical or)
+        terms = [(sg, Expr("cast", (t,), dtype="float32") if kind_of(t) == "bool" else t) for sg, t in terms]
     if in_f is not None:
         terms = [(sg, t) for sg, t in terms]
         keep_f = [("score" in t.leaves()) or in_f(t) for _, t in terms]

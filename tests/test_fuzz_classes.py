@@ -126,3 +126,20 @@ def test_a_select_masks_a_singular_outer_derivative():
     x = s.clone().requires_grad_()  # the same numbers from eager autograd
     (g,) = torch.autograd.grad(torch.sqrt(torch.clamp(x, min=0.0)).sum(), x)
     assert g[0].item() == 0.0 and g[2].item() == 0.25
+
+
+@pytest.mark.parametrize("text", ["(sub -0.5 (add (add (mul score 2) (mul (eq q_idx (floordiv h 7)) 1)) (gt score 0)))",
+                                  "(add (add (mul score 2) (gt score 0)) (add (lt kv_idx 3) (gt q_idx 2)))",
+                                  "(neg (add (mul score 0.5) (ge kv_idx q_idx)))"])
+def test_split_additive_keeps_bool_terms_numeric(text):
+    """Regrouping an additive chain keeps torch's values where a bool term was promoted by the chain's add
+    (CPU fuzzer seed 29541: ``-0.5 - ((score * 2 + ...) + (score > 0))`` raised "Subtraction ... with a bool
+    tensor"; two bool terms regrouped would add as a logical or)."""
+    e = ir.parse(text)
+    f, g = ir.split_additive(e)
+    gen = torch.Generator().manual_seed(0)
+    env = {"score": torch.randn(2, 3, 5, 7, dtype=torch.float64, generator=gen),
+           "b": torch.arange(2).view(2, 1, 1, 1), "h": torch.arange(3).view(1, 3, 1, 1),
+           "q_idx": torch.arange(5).view(1, 1, 5, 1), "kv_idx": torch.arange(7).view(1, 1, 1, 7)}
+    parts = [ir.evaluate(x, env).double() for x in (f, g) if x is not None]
+    torch.testing.assert_close(sum(parts).expand_as(env["score"]), ir.evaluate(e, env).double().expand_as(env["score"]))
