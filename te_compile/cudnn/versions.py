@@ -20,11 +20,13 @@ from ..reasons import CUDNN_VERSION, Reason
 #: versions checked with te_compile's fuzzer and GPU suite (backend_version() -> what was run, when)
 CHECKED = {91900: "2026-11-26: GPU fuzzer at 4 seeds and the cuda suite, H100 and H200; 2026-11-27 again, H200",
            92801: "2026-11-27: the full nvidia-cudnn-cu13 9.28.1 package; GPU fuzzer at 3 seeds with emitted graphs "
-                  "served, and the cuda suite, H200"}
+                  "served, and the cuda suite, H200",
+           92700: "2026-11-27: nvidia-cudnn-jit-cu13 9.27.0.42 with the raw score behind one identity (it crashed "
+                  "without it, docs/cudnn-notes.md); GPU fuzzer at 2 seeds with emitted graphs served, and the cuda "
+                  "suite, H200"}
 
-#: unchecked versions with a known failure of emitted graphs
-KNOWN = {92700: ("ran some emitted score_mod graphs into an illegal memory access that kills the CUDA context "
-                 "(docs/cudnn-notes.md; the emission that avoids it is not yet checked there in full)")}
+#: unchecked versions with a known failure of emitted graphs (version -> what it did); none known now
+KNOWN: dict[int, str] = {}
 
 ENV = "TE_COMPILE_UNCHECKED_CUDNN"
 
