@@ -143,3 +143,33 @@ def test_split_additive_keeps_bool_terms_numeric(text):
            "q_idx": torch.arange(5).view(1, 1, 5, 1), "kv_idx": torch.arange(7).view(1, 1, 1, 7)}
     parts = [ir.evaluate(x, env).double() for x in (f, g) if x is not None]
     torch.testing.assert_close(sum(parts).expand_as(env["score"]), ir.evaluate(e, env).double().expand_as(env["score"]))
+
+
+def test_negative_scale_with_is_causal_stays_with_torch():
+    """torch's CPU flash SDPA gives NaN in causal rows at a negative scale, its math kernel does not: te_compile
+    keeps such a call (its result is torch's own); without is_causal, and for flex, a negative scale is served."""
+    import torch.nn.functional as F
+    from torch.nn.attention.flex_attention import flex_attention
+    from te_compile.reasons import UNSUPPORTED_ARGS, category
+    q, k, v = (torch.randn(1, 2, 12, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    for causal, served in ((True, False), (False, True)):
+        fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=-0.3, is_causal=causal)  # noqa: E731
+        torch._dynamo.reset()
+        (d,) = te_compile.explain(fn, q, k, v, target="reference").decisions
+        assert d.rewrite == served, d.reason
+        if not served:
+            assert "negative scale" in d.reason and category(d.reason) == UNSUPPORTED_ARGS
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))(q, k, v)
+        torch.testing.assert_close(got, fn(q, k, v), equal_nan=True)
+
+    def flex(q, k, v):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: torch.where(qi >= ki, s, -float("inf")),
+                              scale=-0.3)
+    torch._dynamo.reset()
+    got = torch.compile(flex, backend=te_compile.backend(inner="aot_eager", target="reference"))(q, k, v)
+    want = flex(q, k, v)
+    torch.testing.assert_close(got, want)
+    grads = torch.autograd.grad(got.square().sum(), (q, k, v))
+    for g, w in zip(grads, torch.autograd.grad(want.square().sum(), (q, k, v))):
+        torch.testing.assert_close(g, w)

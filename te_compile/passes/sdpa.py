@@ -91,6 +91,10 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
     d.grads = grads = site_grads(site)
     _check_flags(site)
     scale = constant_scale(site.scale)
+    if scale is not None and scale < 0 and site.is_causal:
+        raise Keep("a negative scale with is_causal: torch's own SDPA kernels disagree there (its flash kernel "
+                   "gives NaN in rows with masked keys, its math kernel does not), so the call stays with torch",
+                   UNSUPPORTED_ARGS)
     impl = impl_for(target, q)
     dims = (f"{q.dim()}-D" if q.dim() == k.dim() == v.dim() else
             f"q {q.dim()}-D, k {k.dim()}-D, v {v.dim()}-D")

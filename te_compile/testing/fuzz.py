@@ -270,7 +270,7 @@ def make_case(seed: int, device: str, peer: Optional[Any] = None) -> Case:
     c.S = c.L if r.random() < 0.5 else r.choice(lengths)
     c.HKV = H if r.random() < 0.7 else r.choice([h for h in (1, 2) if H % h == 0])
     c.DV = c.D if r.random() < 0.8 else (c.D * 2 if not cuda else 64 if c.D == 128 else 128)
-    c.scale = None if r.random() < 0.7 else r.choice((0.1, 0.3, 1.0))
+    c.scale = None if r.random() < 0.7 else r.choice((0.1, 0.3, 1.0, -0.3))
     c.return_lse = r.random() < 0.4
     c.lse_loss = c.return_lse and r.random() < 0.5
     c.no_grad = r.random() < 0.1
