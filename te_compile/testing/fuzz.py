@@ -546,24 +546,29 @@ def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
         # of exactly 0 (softmax rows sum to 1), so they are compared with an absolute floor of 1
         floor = 1.0 if device == "cpu" or name.startswith("grad") and int(name[4:]) >= 3 else 1e-3
         e = _err(a, b, floor)
-        if c.autocast:
-            tol = 2e-2
-        elif device == "cuda":
-            base = _err(elow[i], b) if elow is not None and i < len(elow) else 0.0
-            tol = max(3 * (base if math.isfinite(base) else 0.0), 1e-2)
-        elif _casts(c):
-            # a score_mod that casts to float32 makes eager compute the rest of it (and the softmax) in
-            # float32, not float64; where that loses more (an ill-conditioned gradient), te_compile may be as
-            # far from eager as eager is from the same math kept in float64 (as the CUDA tolerance above)
-            base = _err(ehigh[i], b, floor) if ehigh is not None and i < len(ehigh) else 0.0
-            tol = max(3 * (base if math.isfinite(base) else 0.0), 1e-4)
-        else:
-            tol = 1e-6
+        tol = _tolerance(c, device, i, elow, ehigh, b, floor)
         if not e <= tol:
             bad.append(f"{name} err {e:.3g} > tol {tol:.3g}")
     if not bad:
         return ("pass" if served else "kept"), "", decisions
     return fail, "; ".join(bad), decisions
+
+
+def _tolerance(c: Case, device: str, i: int, elow: Optional[list], ehigh: Optional[list], want: torch.Tensor,
+               floor: float) -> float:
+    """The relative tolerance of the ``i``-th compared tensor (out, lse, then the gradients)."""
+    if c.autocast:
+        return 2e-2
+    if device == "cuda":
+        base = _err(elow[i], want) if elow is not None and i < len(elow) else 0.0
+        return max(3 * (base if math.isfinite(base) else 0.0), 1e-2)
+    if _casts(c):
+        # a score_mod that casts to float32 makes eager compute the rest of it (and the softmax) in
+        # float32, not float64; where that loses more (an ill-conditioned gradient), te_compile may be as
+        # far from eager as eager is from the same math kept in float64 (as the CUDA tolerance above)
+        base = _err(ehigh[i], want, floor) if ehigh is not None and i < len(ehigh) else 0.0
+        return max(3 * (base if math.isfinite(base) else 0.0), 1e-4)
+    return 1e-6
 
 
 _CASTS = (".to(torch.float32)", ".float()")
