@@ -24,6 +24,7 @@ from .passes.find import example_value
 from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
 from . import stale_outputs, tuning
+from .cudnn import graph_work
 from .report import GraphReport, Report, record
 
 log = logging.getLogger("te_compile")
@@ -273,7 +274,8 @@ def _compile_or_serve_kept(gm: GraphModule, example_inputs: list[Any], options: 
 def _rewrite(gm: GraphModule, original: torch.fx.Graph, options: Options, checker: Any) -> list:
     """``rewrite_graph``; a failed rewrite hands on the graph as Dynamo captured it (``original``)."""
     try:
-        return rewrite_graph(gm, options.target, checker, options.verify)
+        with graph_work.graph(gm):  # the cost model weighs host time against the graph's other GPU work
+            return rewrite_graph(gm, options.target, checker, options.verify)
     except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
         # the rewrite may have stopped half-way: hand on the graph as Dynamo captured it
         gm.graph = original

@@ -4,7 +4,8 @@ A site that cuDNN can serve is rewritten only when the model says te_compile's s
 what torch.compile runs for it (aten SDPA for SDPA calls, Inductor's flex kernel for flex_attention).
 Per site and per step (forward + backward when gradients are needed, else forward only):
 
-    time = max(host time, kernel time)            # the slower of the two sides gates the step
+    time = max(host time, kernel time + rest)     # the slower of the two sides gates the step
+    rest = the graph's other matrix multiplies    # te_compile.cudnn.graph_work; 0 in a one-site graph
     te_compile kernel = effective FLOPs / TE_TFLOPS
     torch.compile kernel = te_compile kernel * SPEED_RATIO[site class]
 
@@ -30,7 +31,7 @@ import torch
 from ..layout import size_hints
 from ..reasons import SLOWER, Reason
 from ..spec import AttentionSpec
-from . import calibration, prefix
+from . import calibration, graph_work, prefix
 from .lowering import lower
 
 #: cuDNN SDPA throughput te_compile reaches (fwd+bwd FLOPs / time; 2x16x4096x128 no mask: 962 GFLOP in 1.84 ms)
@@ -142,8 +143,13 @@ def estimate(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: b
             else {n: cal.host_ms[n][mode] for n in ("te_compile", "torch.compile")})
     if cls == "flex prefix split" and not cuda_graphs:
         host["te_compile"] += SPLIT_HOST_MS[mode]
-    return {"class": cls, "te_compile": max(host["te_compile"], kernel_te),
-            "torch.compile": max(host["torch.compile"], kernel_tc), "calibration": _calibration_note(cal, how, cls)}
+    # the graph's other GPU work runs on both sides; once it outlasts the host, the kernels decide. Not for
+    # bands narrower than causal (sliding windows): served in Hugging Face models' training steps they measured
+    # slower than Inductor (docs/cudnn-notes.md, "A per-site max(host, kernel)")
+    rest = 0.0 if cls == "flex native band" and density < 0.5 else graph_work.rest_ms(needs_grad, cal.te_tflops)
+    return {"class": cls, "te_compile": max(host["te_compile"], kernel_te + rest),
+            "torch.compile": max(host["torch.compile"], kernel_tc + rest), "rest": rest,
+            "calibration": _calibration_note(cal, how, cls)}
 
 
 def _calibration_note(cal, how: str, cls: str) -> str:
@@ -160,6 +166,7 @@ def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbi
     if est is None or est["te_compile"] < est["torch.compile"]:
         return None
     what = ("training step" if needs_grad else "forward") + (" under CUDA graphs" if cuda_graphs else "")
+    what += f" (with {est['rest']:.2f} ms of the graph's other matrix multiplies)" if est["rest"] >= 0.005 else ""
     return Reason(f"kept for speed: the cost model estimates {est['te_compile']:.2f} ms per {what} on te_compile vs "
             f"{est['torch.compile']:.2f} ms on torch.compile ({est['class']}; te_compile.cudnn.cost, {est['calibration']}; "
             "not measured here: te-compile tune or mode='max-autotune' measures it); "

@@ -1,0 +1,80 @@
+"""The GPU work of the rest of the graph being compiled, for the cost model (te_compile.cudnn.cost).
+
+A site's host time (te_compile's ops run Python per call) costs a step only where the GPU waits for it. In a
+one-site graph it does. In a model's graph, the matrix multiplies around the attention keep the GPU busy, and
+once they take longer than the host needs to issue the step, host time hides behind them and the kernels
+decide: a Hugging Face model at 1x8192 tokens ran its served flex sites faster while a per-site
+``max(host, kernel)`` kept them. So the cost model adds the rest of the graph's GPU time to both sides' kernel
+time before it takes the max.
+
+Only the graph's matrix multiplies are counted (2 M N K FLOPs each; three times that in training, for the
+two backward products), at the calibration's throughput. Everything else (elementwise ops, norms, the loss)
+is left out, so a graph looks lighter than it is: the error keeps sites rather than serving them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import operator
+from typing import Any, Iterator, Optional
+
+import torch
+
+_rest_flops: contextvars.ContextVar[float] = contextvars.ContextVar("te_compile_rest_flops", default=0.0)
+
+# (callable, index of the argument whose last dimension is the reduced one)
+_GEMMS: dict[Any, int] = {
+    torch.nn.functional.linear: 0, torch._C._nn.linear: 0, torch.matmul: 0, operator.matmul: 0,
+    torch.mm: 0, torch.bmm: 0, torch.addmm: 1, torch.baddbmm: 1,
+    torch.ops.aten.mm.default: 0, torch.ops.aten.bmm.default: 0, torch.ops.aten.addmm.default: 1,
+    torch.ops.aten.linear.default: 0, torch.ops.aten.matmul.default: 0,
+}
+
+
+def _value(n: Any) -> Optional[torch.Tensor]:
+    if not isinstance(n, torch.fx.Node):
+        return None
+    v = n.meta.get("example_value", n.meta.get("val"))
+    return v if isinstance(v, torch.Tensor) else None
+
+
+def _int(x: Any) -> Optional[int]:
+    try:
+        return int(x)
+    except Exception:  # noqa: BLE001 - a symbolic size without a hint: not counted
+        return None
+
+
+def forward_gemm_flops(graph: torch.fx.Graph) -> float:
+    """FLOPs of the forward matrix multiplies in ``graph`` (nodes whose shapes are known)."""
+    total = 0.0
+    for n in graph.nodes:
+        arg = _GEMMS.get(n.target) if n.op == "call_function" else None
+        if arg is None or len(n.args) <= arg:
+            continue
+        out, a = _value(n), _value(n.args[arg])
+        if out is None or a is None or a.dim() == 0:
+            continue
+        numel, k = _int(out.numel()), _int(a.shape[-1])
+        if numel is not None and k is not None:
+            total += 2.0 * numel * k
+    return total
+
+
+@contextlib.contextmanager
+def graph(gm: torch.fx.GraphModule) -> Iterator[None]:
+    """Decide the sites of ``gm`` knowing the rest of its work."""
+    token = _rest_flops.set(forward_gemm_flops(gm.graph))
+    try:
+        yield
+    finally:
+        _rest_flops.reset(token)
+
+
+def rest_ms(needs_grad: bool, tflops: float) -> float:
+    """GPU time per step of the current graph's matrix multiplies, at ``tflops``; 0 outside ``graph``."""
+    return _rest_flops.get() * (3.0 if needs_grad else 1.0) / (tflops * 1e9)
+
+
+__all__ = ["graph", "rest_ms", "forward_gemm_flops"]

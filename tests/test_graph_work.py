@@ -1,0 +1,111 @@
+"""The cost model weighs a site's host time against the rest of its graph's GPU work (te_compile.cudnn.graph_work).
+
+A one-site graph decides as before; inside a graph whose matrix multiplies outlast the host time, the kernel
+estimates decide, except for bands narrower than causal (sliding windows)."""
+
+import torch
+import torch.nn.functional as F
+
+from te_compile.cudnn import graph_work
+from te_compile.cudnn.cost import estimate, slower_reason
+from te_compile.spec import AttentionSpec
+
+CAUSAL = "(ge q_idx kv_idx)"
+SLIDING = "(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 512))"
+
+
+def _t(*shape):
+    return torch.empty(*shape, dtype=torch.bfloat16, device="meta")
+
+
+def _captured(fn, *args) -> torch.fx.GraphModule:
+    got = []
+
+    def grab(gm, example_inputs):
+        got.append(gm)
+        return gm.forward
+    torch._dynamo.reset()
+    torch.compile(fn, backend=grab, fullgraph=True)(*args)
+    return got[0]
+
+
+def test_counts_the_forward_matrix_multiplies_of_a_dynamo_graph():
+    w, w2 = torch.randn(32, 64), torch.randn(3, 16)
+
+    def f(x, b):
+        h = F.linear(x, w)                  # [2, 10, 32] from K = 64
+        return torch.bmm(h, b), F.linear(h[..., :16], w2)  # [2, 10, 5] from K = 32; [2, 10, 3] from K = 16
+    gm = _captured(f, torch.randn(2, 10, 64), torch.randn(2, 32, 5))
+    want = 2 * (2 * 10 * 32) * 64 + 2 * (2 * 10 * 5) * 32 + 2 * (2 * 10 * 3) * 16
+    assert graph_work.forward_gemm_flops(gm.graph) == want
+
+
+def test_a_graph_without_matrix_multiplies_adds_nothing():
+    gm = _captured(lambda x: torch.tanh(x) * 2, torch.randn(4, 4))
+    assert graph_work.forward_gemm_flops(gm.graph) == 0.0
+    with graph_work.graph(gm):
+        assert graph_work.rest_ms(True, 500.0) == 0.0
+
+
+def _site(L, mask_mod):
+    q, k, v = _t(1, 16, L, 64), _t(1, 16, L, 64), _t(1, 16, L, 64)
+    return q, k, v, None, AttentionSpec(source="flex", scale=0.125, mask_mod=mask_mod), True, False
+
+
+def test_host_bound_alone_served_inside_a_busy_graph():
+    site = _site(4096, CAUSAL)
+    assert slower_reason(*site) is not None  # one-site graph: te_compile's host time per step decides
+    token = graph_work._rest_flops.set(1.4e12)  # a 4-layer model's matrix multiplies at 8192 tokens
+    try:
+        est = estimate(*site)
+        assert est["rest"] > 5.0
+        assert est["te_compile"] < est["torch.compile"]
+        assert slower_reason(*site) is None
+    finally:
+        graph_work._rest_flops.reset(token)
+    assert slower_reason(*site) is not None  # outside the graph's context again
+
+
+def test_sliding_windows_stay_kept_inside_a_busy_graph():
+    site = _site(8192, SLIDING)
+    token = graph_work._rest_flops.set(1.4e12)
+    try:
+        est = estimate(*site)
+        assert est["rest"] == 0.0
+        why = slower_reason(*site)
+        assert why is not None and "other matrix multiplies" not in str(why)
+    finally:
+        graph_work._rest_flops.reset(token)
+
+
+def test_the_reason_names_the_graph_work_when_it_counted():
+    q, k, v = _t(4, 16, 1024, 64), _t(4, 16, 1024, 64), _t(4, 16, 1024, 64)
+    spec = AttentionSpec(mask="causal")  # plain SDPA: never faster on te_compile, kept at any graph size
+    token = graph_work._rest_flops.set(2e11)
+    try:
+        why = slower_reason(q, k, v, None, spec, True, False)
+    finally:
+        graph_work._rest_flops.reset(token)
+    assert why is not None and "of the graph's other matrix multiplies" in str(why)
+
+
+def test_the_backend_decides_each_graph_knowing_its_matrix_multiplies(monkeypatch):
+    import te_compile
+    import sys
+    backend_mod = sys.modules["te_compile.backend"]
+    seen = []
+    rewrite = backend_mod.rewrite_graph
+
+    def spy(gm, *a, **k):
+        seen.append(graph_work._rest_flops.get())
+        return rewrite(gm, *a, **k)
+    monkeypatch.setattr(backend_mod, "rewrite_graph", spy)
+    w = torch.randn(64, 64)
+
+    def f(x):
+        q = F.linear(x, w)
+        return F.scaled_dot_product_attention(q, q, q, is_causal=True)
+    torch._dynamo.reset()
+    torch.compile(f, backend=te_compile.backend(inner="eager"))(torch.randn(1, 2, 8, 64))
+    assert seen == [2.0 * (1 * 2 * 8 * 64) * 64]
+    assert graph_work._rest_flops.get() == 0.0
