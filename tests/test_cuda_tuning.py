@@ -48,3 +48,23 @@ def test_tune_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
     assert made2 == []
     assert [d.runs_on for d in report2.decisions] == [d.runs_on for d in report.decisions]
     assert len(tuning.measured_log) >= 2
+
+
+def test_busy_candidates_run_the_graph_work_before_each_call():
+    """candidates.busy puts the rest of the graph's GPU work before each call: a host-light step then takes
+    about that long per call in a synchronized loop, and its result is unchanged."""
+    import time
+
+    from te_compile.tuning.candidates import busy
+    x = torch.randn(256, 256, device="cuda")
+    pair = (lambda: x @ x, lambda: x + 1)
+    slow = busy(pair, 2.0, x.device)
+    for plain, padded in zip(pair, slow):
+        torch.testing.assert_close(padded(), plain())
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            padded()
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1e3 / 20
+        assert 1.6 < ms < 3.0, ms

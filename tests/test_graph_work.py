@@ -109,3 +109,60 @@ def test_the_backend_decides_each_graph_knowing_its_matrix_multiplies(monkeypatc
     torch.compile(f, backend=te_compile.backend(inner="eager"))(torch.randn(1, 2, 8, 64))
     assert seen == [2.0 * (1 * 2 * 8 * 64) * 64]
     assert graph_work._rest_flops.get() == 0.0
+
+
+def test_each_of_n_sites_gets_one_nth_of_the_graph_work():
+    w = torch.randn(64, 64)
+
+    def f(x):
+        q = F.linear(x, w)
+        a = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return F.scaled_dot_product_attention(a, q, q)
+    gm = _captured(f, torch.randn(1, 2, 8, 64))
+    assert graph_work.attention_sites(gm.graph) == 2
+    with graph_work.graph(gm):
+        assert graph_work.rest_ms(False, 1.0) == 2.0 * (1 * 2 * 8 * 64) * 64 / 1e9 / 2
+        assert abs(graph_work.rest_ms(True, 1.0) - 3 * graph_work.rest_ms(False, 1.0)) < 1e-15
+    assert graph_work.rest_ms(True, 1.0) == 0.0
+
+
+def test_measurements_are_keyed_by_the_graph_work_they_ran_with():
+    from te_compile import tuning
+    q, k, v, bias, spec, grad, dbias = _site(1024, CAUSAL)
+    plat = {"gpu": "X", "cudnn": 91900, "torch": "2.11"}
+    alone = tuning.site_key(q, k, v, bias, spec, grad, dbias, plat)
+    assert tuning.site_key(q, k, v, bias, spec, grad, dbias, plat, rest=0.01) == alone  # negligible: as before
+    busy = tuning.site_key(q, k, v, bias, spec, grad, dbias, plat, rest=1.734)
+    assert busy != alone and '"rest":1.7' in busy
+    assert tuning.site_key(q, k, v, bias, spec, grad, dbias, plat, rest=1.71) == busy  # two significant digits
+
+
+def test_a_measured_site_runs_with_its_share_of_the_graph_work(monkeypatch):
+    """speed_reason measures with the same share of graph work the cost model credits, and keys it so."""
+    import sys
+    from te_compile.tuning.timing import Measurement
+    tuning_mod = sys.modules["te_compile.tuning"]
+    q, k, v, bias, spec, grad, dbias = _site(1024, CAUSAL)
+    seen = {}
+
+    def fake_measure(q, k, v, bias, spec, needs_grad, need_dbias, key, timer=None, rest=0.0):
+        seen.update(key=key, rest=rest)
+        return Measurement(1.0, 1.2, 0.01, 7, 0.0, (1.2,) * 7)
+    monkeypatch.setattr(tuning_mod, "measure", fake_measure)
+    monkeypatch.setattr(tuning_mod, "lookup", lambda key: None)
+    monkeypatch.setattr(tuning_mod, "rest_ms", lambda *a: 0.8)
+    with tuning_mod.measuring():
+        assert tuning_mod.speed_reason(q, k, v, bias, spec, grad, dbias) is None
+    assert seen["rest"] == 0.8 and '"rest":0.8' in seen["key"]
+
+
+def test_the_share_is_zero_off_cuda_and_for_sliding_windows():
+    from te_compile import tuning
+    from te_compile.cudnn.cost import rest_ms
+    token = graph_work._rest_flops.set(1.4e12)
+    try:
+        assert rest_ms(*_site(8192, CAUSAL)) > 1.0
+        assert rest_ms(*_site(8192, SLIDING)) == 0.0
+        assert tuning.rest_ms(*_site(8192, CAUSAL)) == 0.0  # meta tensors: not on a GPU, nothing to simulate
+    finally:
+        graph_work._rest_flops.reset(token)

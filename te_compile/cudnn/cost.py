@@ -143,13 +143,29 @@ def estimate(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: b
             else {n: cal.host_ms[n][mode] for n in ("te_compile", "torch.compile")})
     if cls == "flex prefix split" and not cuda_graphs:
         host["te_compile"] += SPLIT_HOST_MS[mode]
-    # the graph's other GPU work runs on both sides; once it outlasts the host, the kernels decide. Not for
-    # bands narrower than causal (sliding windows): served in Hugging Face models' training steps they measured
-    # slower than Inductor (docs/cudnn-notes.md, "A per-site max(host, kernel)")
-    rest = 0.0 if cls == "flex native band" and density < 0.5 else graph_work.rest_ms(needs_grad, cal.te_tflops)
+    # the graph's other GPU work runs on both sides; once it outlasts the host, the kernels decide
+    rest = _rest(cls, density, needs_grad, cal.te_tflops)
     return {"class": cls, "te_compile": max(host["te_compile"], kernel_te + rest),
             "torch.compile": max(host["torch.compile"], kernel_tc + rest), "rest": rest,
             "calibration": _calibration_note(cal, how, cls)}
+
+
+def _rest(cls: str, density: float, needs_grad: bool, tflops: float) -> float:
+    """The graph's other GPU work credited to this site, ms (graph_work.rest_ms). Not for bands narrower than
+    causal (sliding windows): served in Hugging Face models' training steps they measured slower than Inductor
+    with that work around them (docs/cudnn-notes.md, "A per-site max(host, kernel)")."""
+    return 0.0 if cls == "flex native band" and density < 0.5 else graph_work.rest_ms(needs_grad, tflops)
+
+
+def rest_ms(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> float:
+    """The graph's other GPU work credited to this site, ms, as ``estimate`` counts it (0: none, or symbolic
+    shapes). te_compile.tuning runs that much GPU work before each timed call of both candidates."""
+    shape = size_hints((q.shape[2], k.shape[2], q.shape[1]))
+    if shape is None:
+        return 0.0
+    L, S, H = shape
+    cls, density = site_class(spec, bias, need_dbias, L, S, H)
+    return _rest(cls, density, needs_grad, calibration.current(BUILTIN)[0].te_tflops)
 
 
 def _calibration_note(cal, how: str, cls: str) -> str:

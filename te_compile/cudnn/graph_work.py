@@ -7,6 +7,10 @@ decide: a Hugging Face model at 1x8192 tokens ran its served flex sites faster w
 ``max(host, kernel)`` kept them. So the cost model adds the rest of the graph's GPU time to both sides' kernel
 time before it takes the max.
 
+A graph with N attention sites hides N sites' host time behind its work, so each site is credited with 1/N of
+it: with every site served or every site kept, the step is max(host, kernels) summed over the sites, which per
+site is ``max(host, kernel + rest / N)``.
+
 Only the graph's matrix multiplies are counted (2 M N K FLOPs each; three times that in training, for the
 two backward products), at the calibration's throughput. Everything else (elementwise ops, norms, the loss)
 is left out, so a graph looks lighter than it is: the error keeps sites rather than serving them.
@@ -22,6 +26,11 @@ from typing import Any, Iterator, Optional
 import torch
 
 _rest_flops: contextvars.ContextVar[float] = contextvars.ContextVar("te_compile_rest_flops", default=0.0)
+_sites: contextvars.ContextVar[int] = contextvars.ContextVar("te_compile_attention_sites", default=1)
+
+# attention calls as Dynamo captures them (te_compile.passes.find has the full site rules)
+_ATTENTION = (torch.nn.functional.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention.default,
+              torch.ops.higher_order.flex_attention)
 
 # (callable, index of the argument whose last dimension is the reduced one)
 _GEMMS: dict[Any, int] = {
@@ -62,19 +71,27 @@ def forward_gemm_flops(graph: torch.fx.Graph) -> float:
     return total
 
 
+def attention_sites(graph: torch.fx.Graph) -> int:
+    """The attention calls in ``graph`` (SDPA and flex)."""
+    return sum(n.op == "call_function" and n.target in _ATTENTION for n in graph.nodes)
+
+
 @contextlib.contextmanager
 def graph(gm: torch.fx.GraphModule) -> Iterator[None]:
     """Decide the sites of ``gm`` knowing the rest of its work."""
     token = _rest_flops.set(forward_gemm_flops(gm.graph))
+    sites = _sites.set(max(1, attention_sites(gm.graph)))
     try:
         yield
     finally:
         _rest_flops.reset(token)
+        _sites.reset(sites)
 
 
 def rest_ms(needs_grad: bool, tflops: float) -> float:
-    """GPU time per step of the current graph's matrix multiplies, at ``tflops``; 0 outside ``graph``."""
-    return _rest_flops.get() * (3.0 if needs_grad else 1.0) / (tflops * 1e9)
+    """One attention site's share (1/N of N sites) of the GPU time per step of the current graph's matrix
+    multiplies, at ``tflops``; 0 outside ``graph``."""
+    return _rest_flops.get() * (3.0 if needs_grad else 1.0) / (tflops * 1e9) / _sites.get()
 
 
-__all__ = ["graph", "rest_ms", "forward_gemm_flops"]
+__all__ = ["graph", "rest_ms", "forward_gemm_flops", "attention_sites"]
