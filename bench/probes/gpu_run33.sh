@@ -3,7 +3,11 @@
 # torch.compile (+ A/A), Hugging Face flex models at 1x8192, 1x4096 and 4x1024. $2: seconds; $3 = tune: the default
 # column decides from measurements (te_compile.tune first, with the graph's work before each call), else the model.
 V=${1:-919}
-if [ $V = 927 ]; then . .whl/setup.sh && . .cj2/use.sh || exit 1; P="$CUDNN_NEW"; else . .whl/setup.sh; P=""; fi
+case $V in
+  927) . .whl/setup.sh && . .cj2/use.sh || exit 1; P="$CUDNN_NEW" ;;
+  928) . .whl/setup.sh && . .c286/use.sh > /dev/null || exit 1; P="$CUDNN_NEW" ;;  # after the .c28K stash calls; carry .whl .c286
+  *) . .whl/setup.sh; P="" ;;
+esac
 export PYTHONPATH=$PWD:$PYTHONPATH TE_COMPILE_CACHE_DIR=/tmp/empty-cache-$V
 F="nanobind\|leaked\|_warn_once\|skipped remainder"
 END=$((SECONDS + ${2:-540}))
