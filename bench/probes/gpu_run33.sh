@@ -13,8 +13,8 @@ F="nanobind\|leaked\|_warn_once\|skipped remainder"
 END=$((SECONDS + ${2:-540}))
 TUNE=""; [ "$3" = tune ] && TUNE="--tune"
 MODELS=${4:-llama mistral gemma3 qwen3}
-for shape in "1 8192" "1 4096" "4 1024"; do
-  set -- $shape
+for shape in ${SHAPES:-1x8192 1x4096 4x1024}; do  # SHAPES="1x4096 4x1024" picks some
+  set -- ${shape/x/ }
   for m in $MODELS; do
     left=$((END - SECONDS)); [ $left -gt 60 ] || break 2
     LD_PRELOAD=$P timeout $left python3 bench/hf_models.py --batch $1 --seq $2 --iters 10 --models $m \
