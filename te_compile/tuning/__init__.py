@@ -55,6 +55,11 @@ def is_measuring() -> bool:
     return _measuring.get()
 
 
+def progress_echo():
+    """The progress callback of the enclosing ``progress`` block, or None."""
+    return _progress.get()
+
+
 @contextlib.contextmanager
 def progress(echo) -> Iterator[None]:
     """``echo(line)`` gets one line per site measured inside this block (te-compile tune's progress)."""
@@ -211,5 +216,5 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
                   "anyway", SLOWER)
 
 
-__all__ = ["speed_reason", "served_note", "measuring", "progress", "is_measuring", "site_key", "lookup", "measure", "describe", "platform",
+__all__ = ["progress_echo", "speed_reason", "served_note", "measuring", "progress", "is_measuring", "site_key", "lookup", "measure", "describe", "platform",
            "measured_log"]
