@@ -187,3 +187,34 @@ def test_measure_graph_times_both_variants_forward_and_backward_on_the_cpu():
     m = graph_check.measure_graph(gm, gm.graph, gm.graph, inputs, True, compile_fn=eager)
     assert m.te_ms > 0 and m.tc_ms > 0 and m.rounds >= 7
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_tune_and_the_users_compile_see_the_same_graph_signature(monkeypatch):
+    """The verdict te_compile.tune stores must be found by the user's torch.compile of the same model: both
+    compile paths (explain's and the backend's) give the graph the same signature."""
+    import te_compile
+    from te_compile.fxcopy import copy_module
+    seen = []
+    real = graph_check.verdict
+
+    def spy(gm, original, example_inputs, *a, **k):
+        seen.append(graph_check.signature(copy_module(gm, original), example_inputs))
+        return real(gm, original, example_inputs, *a, **k)
+    monkeypatch.setattr(graph_check, "verdict", spy)
+    monkeypatch.delenv("TE_COMPILE_SERVE", raising=False)  # the suite serves always; the check is for "fastest"
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(64, 64), torch.nn.Linear(64, 64)
+
+        def forward(self, x):
+            q = self.a(x).view(2, 8, 4, 16).transpose(1, 2)
+            o = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+            return self.b(o.transpose(1, 2).reshape(2, 8, 64)).sum()
+    m, x = M(), torch.randn(2, 8, 64)
+    torch._dynamo.reset()
+    te_compile.tune(m, x, echo=None)
+    torch._dynamo.reset()
+    torch.compile(m, backend="te_compile")(x)
+    assert len(seen) == 2 and seen[0] is not None and seen[0] == seen[1]
