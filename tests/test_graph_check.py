@@ -216,5 +216,5 @@ def test_tune_and_the_users_compile_see_the_same_graph_signature(monkeypatch):
     torch._dynamo.reset()
     te_compile.tune(m, x, echo=None)
     torch._dynamo.reset()
-    torch.compile(m, backend="te_compile")(x)
+    torch.compile(m, backend=te_compile.backend())(x)
     assert len(seen) == 2 and seen[0] is not None and seen[0] == seen[1]
