@@ -1,13 +1,12 @@
-"""The cost model weighs a site's host time against the rest of its graph's GPU work (te_compile.cudnn.graph_work).
-
-A one-site graph decides as before; inside a graph whose matrix multiplies outlast the host time, the kernel
-estimates decide, except for bands narrower than causal (sliding windows)."""
+"""The rest of a graph's GPU work (te_compile.cudnn.graph_work): counted from the FX graph, shared over its
+attention sites, run before each call when a site is measured (not for sliding windows), and not credited by
+the cost model, which cannot see the graph's host time."""
 
 import torch
 import torch.nn.functional as F
 
 from te_compile.cudnn import graph_work
-from te_compile.cudnn.cost import estimate, slower_reason
+from te_compile.cudnn.cost import estimate, rest_ms, slower_reason
 from te_compile.spec import AttentionSpec
 
 CAUSAL = "(ge q_idx kv_idx)"
@@ -52,41 +51,20 @@ def _site(L, mask_mod):
     return q, k, v, None, AttentionSpec(source="flex", scale=0.125, mask_mod=mask_mod), True, False
 
 
-def test_host_bound_alone_served_inside_a_busy_graph():
+def test_the_cost_model_does_not_credit_the_graph_work():
+    """The model cannot see the rest of the graph's host time, so a site it keeps alone stays kept in a busy graph
+    (served that way, sites of a near host-bound model ran slower); measuring runs the share instead."""
     site = _site(4096, CAUSAL)
-    assert slower_reason(*site) is not None  # one-site graph: te_compile's host time per step decides
+    alone = slower_reason(*site)
+    assert alone is not None  # one-site graph: te_compile's host time per step decides
     token = graph_work._rest_flops.set(1.4e12)  # a 4-layer model's matrix multiplies at 8192 tokens
     try:
         est = estimate(*site)
-        assert est["rest"] > 5.0
-        assert est["te_compile"] < est["torch.compile"]
-        assert slower_reason(*site) is None
+        assert "rest" not in est and est["te_compile"] >= est["torch.compile"]
+        assert slower_reason(*site) == alone
+        assert rest_ms(*site) > 5.0  # what a measurement of the site runs first
     finally:
         graph_work._rest_flops.reset(token)
-    assert slower_reason(*site) is not None  # outside the graph's context again
-
-
-def test_sliding_windows_stay_kept_inside_a_busy_graph():
-    site = _site(8192, SLIDING)
-    token = graph_work._rest_flops.set(1.4e12)
-    try:
-        est = estimate(*site)
-        assert est["rest"] == 0.0
-        why = slower_reason(*site)
-        assert why is not None and "other matrix multiplies" not in str(why)
-    finally:
-        graph_work._rest_flops.reset(token)
-
-
-def test_the_reason_names_the_graph_work_when_it_counted():
-    q, k, v = _t(4, 16, 1024, 64), _t(4, 16, 1024, 64), _t(4, 16, 1024, 64)
-    spec = AttentionSpec(mask="causal")  # plain SDPA: never faster on te_compile, kept at any graph size
-    token = graph_work._rest_flops.set(2e11)
-    try:
-        why = slower_reason(q, k, v, None, spec, True, False)
-    finally:
-        graph_work._rest_flops.reset(token)
-    assert why is not None and "of the graph's other matrix multiplies" in str(why)
 
 
 def test_the_backend_decides_each_graph_knowing_its_matrix_multiplies(monkeypatch):

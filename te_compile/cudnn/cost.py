@@ -4,8 +4,7 @@ A site that cuDNN can serve is rewritten only when the model says te_compile's s
 what torch.compile runs for it (aten SDPA for SDPA calls, Inductor's flex kernel for flex_attention).
 Per site and per step (forward + backward when gradients are needed, else forward only):
 
-    time = max(host time, kernel time + rest)     # the slower of the two sides gates the step
-    rest = the graph's other matrix multiplies    # te_compile.cudnn.graph_work; 0 in a one-site graph
+    time = max(host time, kernel time)            # the slower of the two sides gates the step
     te_compile kernel = effective FLOPs / TE_TFLOPS
     torch.compile kernel = te_compile kernel * SPEED_RATIO[site class]
 
@@ -143,23 +142,23 @@ def estimate(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: b
             else {n: cal.host_ms[n][mode] for n in ("te_compile", "torch.compile")})
     if cls == "flex prefix split" and not cuda_graphs:
         host["te_compile"] += SPLIT_HOST_MS[mode]
-    # the graph's other GPU work runs on both sides; once it outlasts the host, the kernels decide
-    rest = _rest(cls, density, needs_grad, cal.te_tflops)
-    return {"class": cls, "te_compile": max(host["te_compile"], kernel_te + rest),
-            "torch.compile": max(host["torch.compile"], kernel_tc + rest), "rest": rest,
-            "calibration": _calibration_note(cal, how, cls)}
+    # The graph's other GPU work is not credited here: it would hide host time only where the rest of the graph
+    # has little host time of its own, which the FX graph does not tell (a model at 4 x 1024 tokens served that
+    # way ran slower, docs/cudnn-notes.md). Measuring (te_compile.tuning) runs it, and checks the whole graph.
+    return {"class": cls, "te_compile": max(host["te_compile"], kernel_te),
+            "torch.compile": max(host["torch.compile"], kernel_tc), "calibration": _calibration_note(cal, how, cls)}
 
 
 def _rest(cls: str, density: float, needs_grad: bool, tflops: float) -> float:
-    """The graph's other GPU work credited to this site, ms (graph_work.rest_ms). Not for bands narrower than
-    causal (sliding windows): served in Hugging Face models' training steps they measured slower than Inductor
-    with that work around them (docs/cudnn-notes.md, "A per-site max(host, kernel)")."""
+    """The graph's other GPU work a measurement of this site runs first, ms (graph_work.rest_ms). Not for bands
+    narrower than causal (sliding windows): served in Hugging Face models' training steps they measured slower
+    than Inductor with that work around them (docs/cudnn-notes.md, "A per-site max(host, kernel)")."""
     return 0.0 if cls == "flex native band" and density < 0.5 else graph_work.rest_ms(needs_grad, tflops)
 
 
 def rest_ms(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> float:
-    """The graph's other GPU work credited to this site, ms, as ``estimate`` counts it (0: none, or symbolic
-    shapes). te_compile.tuning runs that much GPU work before each timed call of both candidates."""
+    """This site's share of the graph's other GPU work, ms (0: none, or symbolic shapes). te_compile.tuning runs
+    that much GPU work before each timed call of both candidates."""
     shape = size_hints((q.shape[2], k.shape[2], q.shape[1]))
     if shape is None:
         return 0.0
@@ -182,7 +181,6 @@ def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbi
     if est is None or est["te_compile"] < est["torch.compile"]:
         return None
     what = ("training step" if needs_grad else "forward") + (" under CUDA graphs" if cuda_graphs else "")
-    what += f" (with {est['rest']:.2f} ms of the graph's other matrix multiplies)" if est["rest"] >= 0.005 else ""
     return Reason(f"kept for speed: the cost model estimates {est['te_compile']:.2f} ms per {what} on te_compile vs "
             f"{est['torch.compile']:.2f} ms on torch.compile ({est['class']}; te_compile.cudnn.cost, {est['calibration']}; "
             "not measured here: te-compile tune or mode='max-autotune' measures it); "

@@ -1,19 +1,20 @@
-"""The GPU work of the rest of the graph being compiled, for the cost model (te_compile.cudnn.cost).
+"""The GPU work of the rest of the graph being compiled, for measuring a site (te_compile.tuning).
 
 A site's host time (te_compile's ops run Python per call) costs a step only where the GPU waits for it. In a
 one-site graph it does. In a model's graph, the matrix multiplies around the attention keep the GPU busy, and
-once they take longer than the host needs to issue the step, host time hides behind them and the kernels
-decide: a Hugging Face model at 1x8192 tokens ran its served flex sites faster while a per-site
-``max(host, kernel)`` kept them. So the cost model adds the rest of the graph's GPU time to both sides' kernel
-time before it takes the max.
+host time can hide behind them: a Hugging Face model at 1x8192 tokens ran its served flex sites faster while a
+per-site ``max(host, kernel)`` kept them. So a site is measured with its share of the rest of the graph's GPU
+work run before each call of both candidates (``tuning.candidates.busy``).
 
 A graph with N attention sites hides N sites' host time behind its work, so each site is credited with 1/N of
 it: with every site served or every site kept, the step is max(host, kernels) summed over the sites, which per
 site is ``max(host, kernel + rest / N)``.
 
 Only the graph's matrix multiplies are counted (2 M N K FLOPs each; three times that in training, for the
-two backward products), at the calibration's throughput. Everything else (elementwise ops, norms, the loss)
-is left out, so a graph looks lighter than it is: the error keeps sites rather than serving them.
+two backward products), at the calibration's throughput. The rest of the graph's host time is not known here,
+and where the graph is close to host-bound that host time does not hide: a model at 4 x 1024 tokens served
+sites measured faster this way and ran slower. So the cost model does not use this share, and a measured
+decision is checked on the whole graph (``tuning.graph_check``).
 """
 
 from __future__ import annotations
