@@ -87,7 +87,8 @@ def test_tune_checks_the_whole_graph_of_a_measured_site_once(tmp_path, monkeypat
         return flex_attention(q, q, q, score_mod=softcap).transpose(1, 2).reshape(B, L, H * D)
     x = torch.randn(B, L, H * D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     start = len(graph_check.checked_log)
-    report, made = te_compile.tune(model, x, echo=None)
+    lines = []
+    report, made = te_compile.tune(model, x, echo=lines.append)
     site_entries = [e for k, e in cache.entries().items() if '"graph"' not in k]
     graph_entries = [e for k, e in cache.entries().items() if '"graph"' in k]
     assert len(made) == 1 and len(site_entries) == 1
@@ -96,6 +97,8 @@ def test_tune_checks_the_whole_graph_of_a_measured_site_once(tmp_path, monkeypat
         assert graph_entries == [] and d.runs_on == "kept"
         return
     assert len(graph_entries) == 1 and len(graph_check.checked_log) == start + 1
+    assert any(line.startswith("  graph with 1 site(s)") for line in lines), lines  # progress line
+    assert "1 graph(s) timed whole" in lines[-1], lines[-1]
     whole = Measurement.from_entry(graph_entries[0])
     assert whole.te_ms > 0 and whole.tc_ms > 0 and whole.seconds > 0
     if serve_on_cudnn(whole):
