@@ -24,6 +24,9 @@ from .passes.find import example_value
 from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
 from . import stale_outputs, tuning
+from .tuning import graph_check
+from .cudnn import graph_work
+from .fxcopy import copy_graph
 from .report import GraphReport, Report, record
 
 log = logging.getLogger("te_compile")
@@ -178,31 +181,19 @@ def _inductor_config(inner: str, mode: Optional[str], options: Optional[dict]) -
     return {**(list_mode_options(mode) if mode and mode != "default" else {}), **(options or {})}
 
 
-def _copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
-    """A copy of ``graph`` (nodes with their meta) to restore when a rewrite fails half-way."""
-    new = torch.fx.Graph(owning_module=graph.owning_module, tracer_cls=graph._tracer_cls)
-    val_map: dict = {}
-    out = new.graph_copy(graph, val_map)
-    new.output(out)
-    for old, copy in val_map.items():  # attributes Dynamo sets on nodes (_dynamo_source, ...)
-        for attr, value in getattr(old, "__dict__", {}).items():
-            if not hasattr(copy, attr):
-                setattr(copy, attr, value)
-    return new
-
-
 def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
                   mode: Optional[str] = None, inductor_options: Optional[dict] = None,
                   replay_report: bool = False) -> Callable:
     """Rewrite ``gm`` in place, record and log the decisions, then run the inner compiler. ``replay_report``:
     the compiled graph records its report again whenever it runs (te_compile.explain: see ``explain_backend``)."""
-    original = _copy_graph(gm.graph)
+    original = copy_graph(gm.graph)
     inductor_config = _inductor_config(options.inner, mode, inductor_options)
     graphs_on = options.cuda_graphs if options.cuda_graphs is not None else _uses_cuda_graphs(options.inner,
                                                                                                inductor_config)
     checker = _checker(options.target, options.serve, graphs_on)
     with tuning.measuring(tuning.is_measuring() or _autotunes(mode, inductor_options)):
         decisions = _rewrite(gm, original, options, checker)
+        decisions = _check_whole_graph(gm, original, example_inputs, decisions, options, checker, graphs_on)
     guard_stale = graphs_on and options.inner == "inductor" and _is_cuda_graph(example_inputs)
     if guard_stale:  # an overwritten CUDA-graph output must raise, not crash (te_compile/stale_outputs.py)
         inductor_config = stale_outputs.without_static_launcher(inductor_config)
@@ -216,6 +207,23 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     if replay_report:
         compiled = _replaying(compiled, report)
     return stale_outputs.raising_on_overwritten(compiled) if guard_stale else compiled
+
+
+def _check_whole_graph(gm: GraphModule, original: torch.fx.Graph, example_inputs: list[Any], decisions: list,
+                       options: Options, checker: Any, graphs_on: bool) -> list:
+    """Sites served because they measured faster alone stay served only if the whole graph measured faster with
+    them (te_compile.tuning.graph_check); else the graph is rewritten again with every site kept, with the reason."""
+    if options.serve != "fastest" or checker is None:
+        return decisions
+    measured = sum(d.runs_on == "cudnn" and tuning.served_note(d.spec, example_value(d.site.q)).startswith(
+        "served: measured") for d in decisions)
+    why = graph_check.verdict(gm, original, example_inputs, measured, len(decisions), graphs_on,
+                              tuning.is_measuring(), tuning.platform(), echo=tuning.progress_echo())
+    if why is None:
+        return decisions
+    gm.graph = copy_graph(original)
+    gm.recompile()
+    return _rewrite(gm, copy_graph(original), options, lambda *args: checker(*args) or why)
 
 
 def _replaying(compiled: Callable, report: GraphReport) -> Callable:
@@ -259,10 +267,10 @@ def _compile_or_serve_kept(gm: GraphModule, example_inputs: list[Any], options: 
         failure = f"{type(e).__name__}: {text.splitlines()[0][:200]}" if text else type(e).__name__
     log.warning("te_compile: Inductor could not compile a graph with sites kept for speed (%s); serving them "
                 "with te_compile and compiling again", failure)
-    gm.graph = _copy_graph(original)
+    gm.graph = copy_graph(original)
     gm.recompile()
     kept = {d.site.name for d in decisions if category(d.reason) == SLOWER}
-    decisions = _rewrite(gm, _copy_graph(original), options, _checker(options.target, "always", graphs_on))
+    decisions = _rewrite(gm, copy_graph(original), options, _checker(options.target, "always", graphs_on))
     for d in decisions:
         if d.rewrite and d.site.name in kept:
             d.reason = Reason(f"served although the cost model keeps it: Inductor could not compile the graph "
@@ -273,7 +281,8 @@ def _compile_or_serve_kept(gm: GraphModule, example_inputs: list[Any], options: 
 def _rewrite(gm: GraphModule, original: torch.fx.Graph, options: Options, checker: Any) -> list:
     """``rewrite_graph``; a failed rewrite hands on the graph as Dynamo captured it (``original``)."""
     try:
-        return rewrite_graph(gm, options.target, checker, options.verify)
+        with graph_work.graph(gm):  # the cost model weighs host time against the graph's other GPU work
+            return rewrite_graph(gm, options.target, checker, options.verify)
     except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
         # the rewrite may have stopped half-way: hand on the graph as Dynamo captured it
         gm.graph = original

@@ -30,7 +30,7 @@ import torch
 from ..layout import size_hints
 from ..reasons import SLOWER, Reason
 from ..spec import AttentionSpec
-from . import calibration, prefix
+from . import calibration, graph_work, prefix
 from .lowering import lower
 
 #: cuDNN SDPA throughput te_compile reaches (fwd+bwd FLOPs / time; 2x16x4096x128 no mask: 962 GFLOP in 1.84 ms)
@@ -142,8 +142,29 @@ def estimate(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: b
             else {n: cal.host_ms[n][mode] for n in ("te_compile", "torch.compile")})
     if cls == "flex prefix split" and not cuda_graphs:
         host["te_compile"] += SPLIT_HOST_MS[mode]
+    # The graph's other GPU work is not credited here: it would hide host time only where the rest of the graph
+    # has little host time of its own, which the FX graph does not tell (a model at 4 x 1024 tokens served that
+    # way ran slower, docs/cudnn-notes.md). Measuring (te_compile.tuning) runs it, and checks the whole graph.
     return {"class": cls, "te_compile": max(host["te_compile"], kernel_te),
             "torch.compile": max(host["torch.compile"], kernel_tc), "calibration": _calibration_note(cal, how, cls)}
+
+
+def _rest(cls: str, density: float, needs_grad: bool, tflops: float) -> float:
+    """The graph's other GPU work a measurement of this site runs first, ms (graph_work.rest_ms). Not for bands
+    narrower than causal (sliding windows): served in Hugging Face models' training steps they measured slower
+    than Inductor with that work around them (docs/cudnn-notes.md, "A per-site max(host, kernel)")."""
+    return 0.0 if cls == "flex native band" and density < 0.5 else graph_work.rest_ms(needs_grad, tflops)
+
+
+def rest_ms(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> float:
+    """This site's share of the graph's other GPU work, ms (0: none, or symbolic shapes). te_compile.tuning runs
+    that much GPU work before each timed call of both candidates."""
+    shape = size_hints((q.shape[2], k.shape[2], q.shape[1]))
+    if shape is None:
+        return 0.0
+    L, S, H = shape
+    cls, density = site_class(spec, bias, need_dbias, L, S, H)
+    return _rest(cls, density, needs_grad, calibration.current(BUILTIN)[0].te_tflops)
 
 
 def _calibration_note(cal, how: str, cls: str) -> str:

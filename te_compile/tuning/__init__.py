@@ -35,6 +35,8 @@ _measuring: contextvars.ContextVar[bool] = contextvars.ContextVar("te_compile_me
 _progress: contextvars.ContextVar = contextvars.ContextVar("te_compile_tune_progress", default=None)
 #: the length of one timed round of one candidate, ms (each round runs as many calls as fit)
 ROUND_MS = 25.0
+#: less of the graph's other GPU work than this (ms) is not simulated when measuring
+REST_MIN_MS = 0.05
 #: sites measured in this process (for ``tune``'s summary and the tests: a second run measures nothing)
 measured_log: list[dict] = []
 
@@ -51,6 +53,11 @@ def measuring(on: bool = True) -> Iterator[None]:
 
 def is_measuring() -> bool:
     return _measuring.get()
+
+
+def progress_echo():
+    """The progress callback of the enclosing ``progress`` block, or None."""
+    return _progress.get()
 
 
 @contextlib.contextmanager
@@ -80,14 +87,15 @@ def _shape(t) -> Optional[list[int]]:
 
 
 def site_key(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
-             plat: Optional[dict] = None) -> Optional[str]:
-    """The cache key of a site (None: symbolic shapes)."""
+             plat: Optional[dict] = None, rest: float = 0.0) -> Optional[str]:
+    """The cache key of a site (None: symbolic shapes); ``rest``: ms of the graph's other GPU work the
+    candidates run with (``rest_ms``), in the key at two significant digits when it is not negligible."""
     shapes = [_shape(t) for t in (q, k, v)]
     if any(s is None for s in shapes):
         return None
     d = {"spec": spec.key(), "q": shapes[0], "k": shapes[1], "v": shapes[2], "bias": _shape(bias),
          "dtype": str(q.dtype).replace("torch.", ""), "grad": [bool(needs_grad), bool(need_dbias)],
-         **(plat or platform())}
+         **(plat or platform()), **({"rest": float(f"{rest:.2g}")} if rest >= REST_MIN_MS else {})}
     return json.dumps(d, sort_keys=True, separators=(",", ":"))
 
 
@@ -96,20 +104,33 @@ def lookup(key: Optional[str]) -> Optional[Measurement]:
     return Measurement.from_entry(entry) if entry else None
 
 
+def rest_ms(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> float:
+    """ms of the compiling graph's other GPU work credited to this site (te_compile.cudnn.cost.rest_ms); 0 off CUDA
+    and below REST_MIN_MS."""
+    from ..cudnn.cost import rest_ms as model_rest
+    if getattr(q, "device", None) is None or q.device.type != "cuda":
+        return 0.0
+    ms = model_rest(q, k, v, bias, spec, needs_grad, need_dbias)
+    return ms if ms >= REST_MIN_MS else 0.0
+
+
 def measure(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool, key: str,
-            timer=None) -> Optional[Measurement]:
-    """Time the two candidates of this site and store the result (None: the site cannot be rebuilt)."""
+            timer=None, rest: float = 0.0) -> Optional[Measurement]:
+    """Time the two candidates of this site and store the result (None: the site cannot be rebuilt). ``rest``:
+    ms of GPU work run before each call of both (the rest of the site's graph; candidates.busy)."""
     import dataclasses
     import time
 
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    from .candidates import build
+    from .candidates import build, busy
     t0 = time.perf_counter()
     with unset_fake_temporarily():
         pair = build(q, k, v, bias, spec, needs_grad, need_dbias)
         if pair is None:
             return None
+        if rest > 0:
+            pair = busy(pair, rest, q.device)
         sync = torch.cuda.synchronize if q.device.type == "cuda" else None
         m = measure_pair(*pair, timer=timer or wall_timer(sync), target_ms=ROUND_MS)
     m = dataclasses.replace(m, seconds=time.perf_counter() - t0)  # the candidates' compiles included
@@ -118,20 +139,22 @@ def measure(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bo
     echo = _progress.get()
     if echo:
         pick = "cuDNN" if serve_on_cudnn(m) else "torch.compile"
+        busy_note = f", after {rest:.2f} ms of other GPU work per call" if rest else ""
         echo(f"  site {len(measured_log)}: {spec.describe()}: {m.te_ms:.3f} ms on cuDNN vs {m.tc_ms:.3f} ms "
-             f"torch.compile -> {pick} ({m.seconds:.1f} s)")
+             f"torch.compile{busy_note} -> {pick} ({m.seconds:.1f} s)")
     log.info("te_compile: measured %s: %.3f ms on cuDNN vs %.3f ms torch.compile (%.1f s)", spec.describe(),
              m.te_ms, m.tc_ms, m.seconds)
     return m
 
 
-def describe(m: Measurement, plat: Optional[dict] = None) -> str:
+def describe(m: Measurement, plat: Optional[dict] = None, rest: float = 0.0) -> str:
     from ..cudnn.versions import describe as version
     p = plat or platform()
     took = f", tuning took {m.seconds:.1f} s" if m.seconds else ""
     rounds = (f"cuDNN faster in {m.wins} of {len(m.ratios)} rounds" if m.ratios
               else f"noise {100 * m.noise:.0f}%")
-    return (f"measured: {m.te_ms:.3f} ms on cuDNN vs {m.tc_ms:.3f} ms torch.compile, {rounds} "
+    busy = f", each call after {rest:.2f} ms of the graph's other GPU work" if rest else ""
+    return (f"measured: {m.te_ms:.3f} ms on cuDNN vs {m.tc_ms:.3f} ms torch.compile{busy}, {rounds} "
             f"({p['gpu']}, cuDNN {version(p['cudnn'])}{took})")
 
 
@@ -170,11 +193,12 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
     from ..cudnn.cost import slower_reason
     if spec.impl != "cudnn" or cuda_graphs:
         return slower_reason(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)
-    key = site_key(q, k, v, bias, spec, needs_grad, need_dbias)
+    rest = rest_ms(q, k, v, bias, spec, needs_grad, need_dbias)
+    key = site_key(q, k, v, bias, spec, needs_grad, need_dbias, rest=rest)
     m = lookup(key)
     if m is None and key is not None and is_measuring():
         try:
-            m = measure(q, k, v, bias, spec, needs_grad, need_dbias, key)
+            m = measure(q, k, v, bias, spec, needs_grad, need_dbias, key, rest=rest)
         except Exception as e:  # noqa: BLE001 - a failed measurement must not fail the user's compile
             log.warning("te_compile: measuring %s failed (%s: %s); the cost model decides it", spec.describe(),
                         type(e).__name__, e)
@@ -184,13 +208,13 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
             _served(spec, q, _model_note(q, k, v, bias, spec, needs_grad, need_dbias))
         return why
     if serve_on_cudnn(m):
-        _served(spec, q, f"served: {describe(m)}")
+        _served(spec, q, f"served: {describe(m, rest=rest)}")
         return None
     what = "training step" if needs_grad else "forward"
-    return Reason(f"kept for speed ({what}): {describe(m)}; cuDNN must win by {100 * MIN_MARGIN:.0f}% in the median "
+    return Reason(f"kept for speed ({what}): {describe(m, rest=rest)}; cuDNN must win by {100 * MIN_MARGIN:.0f}% in the median "
                   "round and in nearly every round (te_compile.tuning); te_compile.backend(serve='always') serves it "
                   "anyway", SLOWER)
 
 
-__all__ = ["speed_reason", "served_note", "measuring", "progress", "is_measuring", "site_key", "lookup", "measure", "describe", "platform",
+__all__ = ["progress_echo", "speed_reason", "served_note", "measuring", "progress", "is_measuring", "site_key", "lookup", "measure", "describe", "platform",
            "measured_log"]

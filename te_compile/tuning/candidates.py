@@ -161,4 +161,32 @@ def build(q, k, v, bias_like, spec: AttentionSpec, needs_grad: bool, need_dbias:
     return _pair(te_fwd, tc_fwd, leaves, dout, needs_grad)
 
 
-__all__ = ["build"]
+def _cycles_per_ms(device: torch.device) -> float:
+    """Clock cycles of ``torch.cuda._sleep`` per ms on ``device`` (median of three timed sleeps)."""
+    n, got = 1 << 21, []
+    with torch.cuda.device(device):
+        torch.cuda._sleep(1000)
+        for _ in range(3):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.cuda._sleep(n)
+            b.record()
+            b.synchronize()
+            got.append(n / max(a.elapsed_time(b), 1e-3))
+    return sorted(got)[1]
+
+
+def busy(pair: Pair, ms: float, device: torch.device) -> Pair:
+    """Both candidates, each call preceded by ``ms`` of GPU work (a sleep kernel): the rest of the site's graph,
+    which in a model hides host time behind it (te_compile.cudnn.graph_work). One launch, no memory traffic."""
+    cycles = int(ms * _cycles_per_ms(device))
+
+    def wrap(step: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            torch.cuda._sleep(cycles)
+            return step()
+        return run
+    return wrap(pair[0]), wrap(pair[1])
+
+
+__all__ = ["build", "busy"]

@@ -19,13 +19,16 @@ def tune(fn: Callable, *args: Any, mode: Optional[str] = None, echo: Optional[Ca
     """Measure ``fn``'s undecided sites on ``args``; returns (report, measurements made now). ``echo`` gets one
     progress line per measured site (None: silent)."""
     from ..explain import explain
+    from .graph_check import checked_log
 
-    start, t0 = len(measured_log), time.perf_counter()
+    start, graphs, t0 = len(measured_log), len(checked_log), time.perf_counter()
     with measuring(), progress(echo):
         report = explain(fn, *args, mode=mode, serve="fastest", **kwargs)
     made = measured_log[start:]
     if echo:
-        echo(f"te-compile tune: {len(made)} site(s) measured in {time.perf_counter() - t0:.1f} s; "
+        checked = len(checked_log) - graphs
+        whole = f", {checked} graph(s) timed whole" if checked else ""
+        echo(f"te-compile tune: {len(made)} site(s) measured{whole} in {time.perf_counter() - t0:.1f} s; "
              f"{len(report.decisions)} site(s) in the model, {sum(d.runs_on == 'cudnn' for d in report.decisions)} "
              "on cuDNN")
     return report, made
