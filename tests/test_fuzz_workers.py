@@ -9,6 +9,8 @@ import subprocess
 import sys
 import warnings
 
+import pytest
+
 from te_compile.testing import fuzz
 
 # a stand-in worker: writes one result per case from `resume`; dies by SIGSEGV on case 1 of its first start,
@@ -91,3 +93,16 @@ def test_runtime_fallbacks_lists_sites_with_calls_and_reason():
     (row,) = [r for r in te_compile.runtime_fallbacks() if r["spec"] == key]
     assert row["direction"] == "forward" and row["calls"] == 2 and row["reason"] == "no engine (last)"
     assert row["site"] == AttentionSpec.from_key(key).describe()
+
+
+def test_runs_at_different_seeds_draw_disjoint_cases():
+    """Case seeds were seed + i, so runs at seeds 2 apart shared all but two cases. Now each run's seeds are
+    its own range; seed 0 keeps the case seeds 0 .. n-1 (the peers follow at PEER_OFFSET)."""
+    a = {c.seed for c in fuzz.cases_for(50, 9107, "cpu", True)}
+    b = {c.seed for c in fuzz.cases_for(50, 9109, "cpu", True)}
+    c = {c.seed for c in fuzz.cases_for(50, 9108, "cpu", True)}
+    assert not (a & b) and not (a & c) and not (b & c)
+    assert [x.seed for x in fuzz.cases_for(3, 0, "cpu", False)] == [0, 1, 2]
+    assert fuzz.cases_for(1, 0, "cpu", True)[1].seed == fuzz.PEER_OFFSET
+    with pytest.raises(ValueError):
+        fuzz.cases_for(fuzz.MAX_CASES + 1, 0, "cpu", False)

@@ -693,11 +693,21 @@ def reproducer(c: Case, device: str) -> str:
 # --------------------------------------------------------------------------- driver
 
 
+# Case i of a run at seed s has the case seed s * SEED_STRIDE + i, so runs at different seeds draw disjoint cases
+# (seed s + i would make seeds 1 apart share all but one case) and seed 0 keeps the case seeds it always had.
+SEED_STRIDE = 1_000_000
+PEER_OFFSET = 100_000  # the peer list's case seeds follow the random cases'; so a run has fewer random cases
+MAX_CASES = PEER_OFFSET
+
+
 def cases_for(n: int, seed: int, device: str, peers: bool) -> list[Case]:
-    out = [make_case(seed + i, device) for i in range(n)]
+    if not 0 <= n <= MAX_CASES:
+        raise ValueError(f"--cases must be between 0 and {MAX_CASES}, got {n}")
+    base = seed * SEED_STRIDE
+    out = [make_case(base + i, device) for i in range(n)]
     if peers:
         from .peers import PEERS
-        out += [make_case(seed + 100000 + i, device, p) for i, p in enumerate(PEERS)]
+        out += [make_case(base + PEER_OFFSET + i, device, p) for i, p in enumerate(PEERS)]
     return out
 
 
@@ -808,6 +818,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         "run, e.g. kv_guard=0 or const_mode=scalar")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
+    if not 0 <= a.cases <= MAX_CASES:
+        p.error(f"--cases must be between 0 and {MAX_CASES}")
     _emit_options(a.emit)
     if a.case:
         cases = [Case.from_json(a.case)]

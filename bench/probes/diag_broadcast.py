@@ -1,0 +1,65 @@
+"""Is an op with no full [B, H, L, S] operand what crashed cuDNN (GPU)?
+
+The GPU fuzzer (cuDNN 9.19, H200) drew one case that left the CUDA context unusable ("err 716", misaligned
+address): ``sqrt(|score * 2 * T0[h] * (kv_idx - q_idx)| + 0.5)``, GQA 2/1, D 64, DV 128, L = S = 200, with grads.
+Its derived backward has ``mul(T0[h], 2.0)``: an op on a captured input and a constant alone. No other
+fuzzer case run on a GPU had such an op, so te_compile keeps these sites (``EmitOptions.keep_broadcast_only``).
+This probe serves them anyway (``--emit keep_broadcast_only=0``) in variants of the case, each in its own
+process (a sticky CUDA error poisons the context), to find what the crash needs; the control column keeps them.
+
+    python3 bench/probes/diag_broadcast.py [--jobs 6]
+"""
+import argparse
+import concurrent.futures as cf
+import json
+import subprocess
+import sys
+
+S = "def score_mod(score, b, h, q_idx, kv_idx):\n    return {}\n"
+DRAWN = "torch.sqrt(torch.abs(((score * 2) * T0[h] * (kv_idx - q_idx))) + 0.5)"
+BASE = {"B": 2, "D": 64, "DV": 128, "H": 2, "HKV": 1, "L": 200, "S": 200, "attn_mask": "", "autocast": False,
+        "block": 128, "captured": [{"dtype": "float32", "learned": False, "make": "rand", "name": "T0", "shape": ["H"]}],
+        "is_causal": False, "kind": "flex", "kv_batch1": False, "lse_loss": False, "mask": None, "no_grad": False,
+        "noncontig": False, "peer": "", "return_lse": False, "scale": 0.3, "score": S.format(DRAWN), "seed": 9445}
+VARIANTS = {
+    "as drawn": {},
+    "D = DV = 64": {"DV": 64},
+    "no GQA (2/2)": {"HKV": 2},
+    "L = S = 256": {"L": 256, "S": 256},
+    "no grad": {"no_grad": True},
+    "score * T0[h] * (kv - q)": {"score": S.format("(score * T0[h] * (kv_idx - q_idx))")},  # every op full
+    "sqrt(|score * 2 * T0[h]|)": {"score": S.format("torch.sqrt(torch.abs(score * 2 * T0[h]) + 0.5)")},
+    "fwd: score / (T0[h] * 2)": {"score": S.format("score / (T0[h] * 2)")},
+    "fwd, no grad": {"score": S.format("score / (T0[h] * 2)"), "no_grad": True},
+}
+
+
+def run(case: dict, keep: str) -> str:
+    cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--device", "cuda", "--case", json.dumps(case), "-v",
+           "--emit", f"keep_broadcast_only={keep}"]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    text = p.stdout + p.stderr
+    if any(w in text for w in ("err 716", "misaligned", "illegal memory access", "context was unusable")):
+        return "CRASH"
+    for line in text.splitlines():
+        if line.startswith(("pass", "kept", "invalid", "WRONG", "wrong", "--- ")):
+            return line.split(":")[0].split()[0 if not line.startswith("---") else 1][:12]
+    return f"rc{p.returncode}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=6)
+    a = ap.parse_args()
+    with cf.ThreadPoolExecutor(a.jobs) as ex:
+        futs = {(n, k): ex.submit(run, {**BASE, **v}, k) for n, v in VARIANTS.items() for k in ("0", "1")}
+        print(f"{'variant':28s}{'served (keep=0)':>18s}{'kept (keep=1)':>16s}", flush=True)
+        for n in VARIANTS:
+            print(f"{n:28s}{futs[(n, '0')].result():>18s}{futs[(n, '1')].result():>16s}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
