@@ -93,6 +93,12 @@ def cases(cuda: bool) -> dict[str, Case]:
         "sqrt_after_clamp": Case(**base, score=_score("torch.sqrt(torch.clamp(score, min=0.0))")),
         "pow_half_after_remainder_of_clamp": Case(**base, score=_score(
             "torch.abs(torch.remainder(torch.clamp(score * 0.5, min=-1.0, max=1.0), 1.0)) ** 0.5")),
+        # 15. an op with no full [B, H, L, S] operand: the bprop of this score_mod multiplies the per-head input by
+        # 2 alone; cuDNN 9.19 ran it into a misaligned address (GPU fuzzer, GQA 2/1, DV = 2 D, L = S = 200), so
+        # such sites are kept
+        "broadcast_only_op": Case(**{**base, "HKV": 1, "L": 200 if cuda else 20, "S": 200 if cuda else 20, "DV": 2 * d},
+                                  scale=0.3, captured=[_table("T0", ("H",), "rand")],
+                                  score=_score("torch.sqrt(torch.abs(((score * 2) * T0[h] * (kv_idx - q_idx))) + 0.5)")),
     }
     if not cuda:  # exact on the reference target only: a step of exp2 at an integer (bf16 moves it on cuDNN)
         # exp2 translated as exp(x ln 2) put remainder(exp2(4), 1) at 0.99999 instead of 0

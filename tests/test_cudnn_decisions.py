@@ -408,3 +408,32 @@ def test_a_site_whose_dbias_plan_does_not_build_is_kept_end_to_end(monkeypatch, 
         assert "scaled_dot_product_attention" in gm.code
     else:
         assert d.rewrite and d.runs_on == "cudnn", d.reason
+
+
+SQRT_ABS_PER_HEAD = "(sqrt (add (abs (mul (mul (mul score 2) (in 0)) (sub kv_idx q_idx))) 0.5))"
+
+
+@pytest.mark.parametrize("score,kept_in", [
+    # the GPU fuzzer's crash (cuDNN 9.19, misaligned address): the bprop multiplies the per-head input by 2 alone
+    (SQRT_ABS_PER_HEAD, "mul(input 0, a constant) in the derived backward"),
+    ("(div score (mul (in 0) 2))", "mul(input 0, a constant) in the score_mod"),
+    ("(mul (mul score (in 0)) (sub kv_idx q_idx))", None),  # every op has a full operand
+    ("(add score (mul (in 0) (sub kv_idx q_idx)))", None),
+    ("(mul 30.0 (tanh (div score 30.0)))", None),
+])
+def test_a_graph_with_an_op_on_inputs_and_constants_alone_is_kept(score, kept_in):
+    from te_compile.cudnn import lowering
+    q = torch.empty(2, 2, 200, 64, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(2, 1, 200, 64, device="meta", dtype=torch.bfloat16)
+    v = torch.empty(2, 1, 200, 128, device="meta", dtype=torch.bfloat16)
+    spec = AttentionSpec(impl="cudnn", scale=0.3, score=score, n_inputs=score.count("(in 0)") and 1, source="flex")
+    why = check(q, k, v, None, spec, True, False)
+    if kept_in is None:
+        assert why is None
+        return
+    assert why is not None and kept_in in why and "misaligned address" in why and why.category == NOT_ON_CUDNN
+    old = lowering.set_options(keep_broadcast_only=False)  # the probes' switch serves it
+    try:
+        assert check(q, k, v, None, spec, True, False) is None
+    finally:
+        lowering.set_options(**{"keep_broadcast_only": old.keep_broadcast_only})

@@ -36,6 +36,10 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
     lw = lower(spec)
     if lw.unsupported:
         return Reason(lw.unsupported, NOT_ON_CUDNN)
+    why = _broadcast_only_op(lw) if lw.options.keep_broadcast_only else None
+    if why:
+        return Reason(f"the emitted graph has an op on captured tensors and constants alone, {why}: cuDNN ran "
+                      "such a graph into a misaligned address that leaves the CUDA context unusable", NOT_ON_CUDNN)
     if lw.emitted and not _native_alibi(spec, q, k):
         why = versions.emitted_reason()
         if why:
@@ -161,3 +165,11 @@ def _settle(graphs, g, uids: list, gpu: Optional[str]) -> None:
         g.validate()
     else:
         graphs.finish(g, uids)
+
+
+def _broadcast_only_op(lw) -> Optional[str]:
+    try:
+        from . import emit  # the frontend module: absent where cuDNN is not installed (nothing is emitted there)
+    except ImportError:
+        return None
+    return emit.broadcast_only_op(lw)

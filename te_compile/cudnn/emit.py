@@ -44,6 +44,43 @@ def structure(lw: Lowering) -> tuple:
     return _structure(lw, lowering_mod.OPTIONS)  # the emission options change the ops, not only the record
 
 
+def broadcast_only_op(lw: Lowering) -> Optional[str]:
+    """The first emitted op none of whose operands is a full [B, H, L, S] tensor (only captured inputs,
+    pass-by-value constants and scalars: ``mul(T0[h], 2.0)`` in the bprop of ``sqrt(|s * 2 * T0[h] * (kv - q)|)``),
+    as text, or None. cuDNN 9.19 ran the one such graph the fuzzer drew into a misaligned address, which left the
+    CUDA context unusable; no graph without such an op did, so these sites stay with Inductor."""
+    if not lw.emitted or lw.unsupported or lw.alibi:
+        return None
+    st = structure(lw)
+    full: dict = {}
+    part = "score_mod"
+    for i, entry in enumerate(st):
+        name = entry[0]
+        if name in ("score_mod", "bprop"):
+            part = "bprop"
+            continue
+        if name == "dtype":
+            continue
+        full[i] = any(isinstance(t, tuple) and (t[0] in ("score", "dS") or (t[0] == "t" and full.get(t[1])))
+                      for t in entry[1])
+        if not full[i]:
+            args = ", ".join(_operand_text(t) for t in entry[1])
+            return f"{name}({args}) in the {'score_mod' if part == 'score_mod' else 'derived backward'}"
+    return None
+
+
+def _operand_text(t: Any) -> str:
+    if not isinstance(t, tuple):
+        return str(t)
+    if t[0] == "in":
+        return f"input {t[1]}"
+    if t[0] == "pbv":
+        return "a constant"
+    if t[0] == "scalar":
+        return f"{t[1]:g}"
+    return "an intermediate"
+
+
 @functools.lru_cache(maxsize=1024)
 def _structure(lw: Lowering, options: lowering_mod.EmitOptions) -> tuple:
     rec = _Recorder()

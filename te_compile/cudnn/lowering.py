@@ -64,6 +64,10 @@ class EmitOptions:
     #: (``score ** 3``, ``maximum(score * 2, score)``), into the same context-killing illegal memory access;
     #: 9.19 ran them. No kernel-time cost measured (docs/cudnn-notes.md)
     score_identity: bool = True
+    #: keep (not serve) a site whose emitted graph has an op with no full [B, H, L, S] operand (only captured
+    #: inputs and constants: ``mul(T0[h], 2.0)``). cuDNN 9.19 ran such a graph into a misaligned address that
+    #: left the CUDA context unusable (fuzzer; docs/cudnn-notes.md); 0 serves them, for probes
+    keep_broadcast_only: bool = True
 
     def __post_init__(self) -> None:
         if self.const_mode not in ("pbv", "scalar", "pbv_nonint"):

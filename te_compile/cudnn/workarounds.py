@@ -39,6 +39,10 @@ WORKAROUNDS: tuple[Workaround, ...] = (
     Workaround("score through one identity", "the raw score reaches the score_mod through one identity op, so "
                "cuDNN's score tensor has a single consumer", "cudnn.lowering:EmitOptions.score_identity",
                "cuDNN versions", "tests/test_cudnn_versions.py::test_raw_score_has_one_consumer"),
+    Workaround("no broadcast-only op", "a site whose emitted graph has an op with no full [B, H, L, S] operand "
+               "(captured inputs and constants alone) stays with Inductor", "cudnn.lowering:EmitOptions.keep_broadcast_only",
+               "Found by the differential fuzzer",
+               "tests/test_cudnn_decisions.py::test_a_graph_with_an_op_on_inputs_and_constants_alone_is_kept"),
     Workaround("constants by value", "constants enter as pass-by-value inputs, so a changed constant reuses the "
                "built graph and a bprop of mul(dS, constant) builds", "cudnn.lowering:EmitOptions.const_mode",
                "Found by the differential fuzzer", "tests/test_cudnn_decisions.py::test_graph_structure_ignores_constant_values"),
