@@ -437,3 +437,20 @@ def test_a_graph_with_an_op_on_inputs_and_constants_alone_is_kept(score, kept_in
         assert check(q, k, v, None, spec, True, False) is None
     finally:
         lowering.set_options(**{"keep_broadcast_only": old.keep_broadcast_only})
+
+
+def test_full_inputs_leave_no_broadcast_only_op():
+    """EmitOptions.full_inputs (the candidate fix, off by default): every captured input is broadcast to the
+    score's shape first, so the emitted graph has no op on inputs and constants alone and the site is not kept."""
+    from te_compile.cudnn import emit, lowering
+    spec = AttentionSpec(impl="cudnn", scale=0.3, score=SQRT_ABS_PER_HEAD, n_inputs=1, source="flex")
+    assert emit.broadcast_only_op(lowering.lower(spec, (200, 200))) is not None
+    old = lowering.set_options(full_inputs=True)
+    try:
+        lw = lowering.lower(spec, (200, 200))
+        assert emit.broadcast_only_op(lw) is None
+        ops = emit.structure(lw)
+        uses = [e for e in ops if e[0] not in ("dtype", "score_mod", "bprop") and ("in", 0) in e[1]]
+        assert uses and all(e[0] == "add" for e in uses)  # the input is read only by the broadcast
+    finally:
+        lowering.set_options(full_inputs=old.full_inputs)

@@ -5,7 +5,9 @@ address): ``sqrt(|score * 2 * T0[h] * (kv_idx - q_idx)| + 0.5)``, GQA 2/1, D 64,
 Its derived backward has ``mul(T0[h], 2.0)``: an op on a captured input and a constant alone. No other
 fuzzer case run on a GPU had such an op, so te_compile keeps these sites (``EmitOptions.keep_broadcast_only``).
 This probe serves them anyway (``--emit keep_broadcast_only=0``) in variants of the case, each in its own
-process (a sticky CUDA error poisons the context), to find what the crash needs; the control column keeps them.
+process (a sticky CUDA error poisons the context), to find what the crash needs; the control column keeps them,
+and the last column serves them with the candidate fix (``--emit full_inputs=1``: inputs broadcast to the score's
+shape first, so no such op is left).
 
     python3 bench/probes/diag_broadcast.py [--jobs 6]
 """
@@ -34,9 +36,14 @@ VARIANTS = {
 }
 
 
-def run(case: dict, keep: str) -> str:
-    cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--device", "cuda", "--case", json.dumps(case), "-v",
-           "--emit", f"keep_broadcast_only={keep}"]
+COLUMNS = {"served (keep=0)": ["keep_broadcast_only=0"], "kept (keep=1)": [],
+           "full_inputs=1": ["full_inputs=1"]}
+
+
+def run(case: dict, emits: list) -> str:
+    cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--device", "cuda", "--case", json.dumps(case), "-v"]
+    for e in emits:
+        cmd += ["--emit", e]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired:
@@ -55,10 +62,10 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=6)
     a = ap.parse_args()
     with cf.ThreadPoolExecutor(a.jobs) as ex:
-        futs = {(n, k): ex.submit(run, {**BASE, **v}, k) for n, v in VARIANTS.items() for k in ("0", "1")}
-        print(f"{'variant':28s}{'served (keep=0)':>18s}{'kept (keep=1)':>16s}", flush=True)
+        futs = {(n, c): ex.submit(run, {**BASE, **v}, e) for n, v in VARIANTS.items() for c, e in COLUMNS.items()}
+        print(f"{'variant':28s}" + "".join(f"{c:>18s}" for c in COLUMNS), flush=True)
         for n in VARIANTS:
-            print(f"{n:28s}{futs[(n, '0')].result():>18s}{futs[(n, '1')].result():>16s}", flush=True)
+            print(f"{n:28s}" + "".join(f"{futs[(n, c)].result():>18s}" for c in COLUMNS), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 # Next GPU call after the broadcast-only keep: is an op with no full operand what crashed cuDNN 9.19? carry .whl.
-# 1. bench/probes/diag_broadcast.py (each variant served and kept, own processes); 2. the fuzz classes on cuDNN,
+# 1. bench/probes/diag_broadcast.py (each variant served, kept, and served with full_inputs=1, own processes); 2. the fuzz classes on cuDNN,
 # the new broadcast_only_op class among them; 3. the same probe on a newer cuDNN when $1 = 927 (after .cj1/stash.sh,
 # carry .whl .cj2).
 . .whl/setup.sh || exit 1

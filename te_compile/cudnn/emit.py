@@ -348,6 +348,8 @@ class Emitter:
             t.set_data_type(_I32)
             return t, "int"
         if op == "in":
+            if lowering_mod.OPTIONS.full_inputs:  # EmitOptions.full_inputs says why
+                return self._f(g.add(self._full(0.0), self.inputs[e.value], compute_data_type=_F32)), "float"
             return self.inputs[e.value], "float"
         if op == "const":
             if isinstance(e.value, bool):

@@ -68,6 +68,9 @@ class EmitOptions:
     #: inputs and constants: ``mul(T0[h], 2.0)``). cuDNN 9.19 ran such a graph into a misaligned address that
     #: left the CUDA context unusable (fuzzer; docs/cudnn-notes.md); 0 serves them, for probes
     keep_broadcast_only: bool = True
+    #: a candidate fix for the same, not yet run on a GPU (off): every captured input enters the score_mod
+    #: broadcast to the score's shape (``add(full(0), input)``), so no op has only inputs and constants as operands
+    full_inputs: bool = False
 
     def __post_init__(self) -> None:
         if self.const_mode not in ("pbv", "scalar", "pbv_nonint"):
