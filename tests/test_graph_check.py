@@ -128,6 +128,7 @@ def test_the_verdict_keeps_every_site_when_the_whole_graph_measured_slower(serve
     assert sorted(compiled) == ["kept", "served"]  # each variant compiled once
     assert torch.equal(torch.get_rng_state(), before)  # timing left the random state as it was
     assert len(cache.entries()) == 1 and len(graph_check.checked_log) == 1
+    assert graph_check.checked_log[0]["served"] is (not keep)  # what bench/hf_models.py records per tune
     if keep:
         assert category(why) == SLOWER and "whole graph" in why and f"{served_ms:.3f} ms" in why
     else:

@@ -210,7 +210,8 @@ def verdict(gm: torch.fx.GraphModule, original: torch.fx.Graph, example_inputs: 
                         type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
             return None
         cache.put(k, m.as_entry(graph=f"{sites} site(s), {measured} measured faster"))
-        checked_log.append({"key": k, "te_ms": m.te_ms, "tc_ms": m.tc_ms, "seconds": m.seconds})
+        checked_log.append({"key": k, "te_ms": m.te_ms, "tc_ms": m.tc_ms, "seconds": m.seconds,
+                            "served": serve_on_cudnn(m)})
         if echo:
             pick = "cuDNN" if serve_on_cudnn(m) else "torch.compile"
             echo(f"  graph with {sites} site(s): {m.te_ms:.3f} ms with {measured} on cuDNN vs {m.tc_ms:.3f} ms "
