@@ -454,3 +454,15 @@ def test_full_inputs_leave_no_broadcast_only_op():
         assert uses and all(e[0] == "add" for e in uses)  # the input is read only by the broadcast
     finally:
         lowering.set_options(full_inputs=old.full_inputs)
+
+
+@pytest.mark.parametrize("score,has_op", [
+    ("(div score (in 0))", True),  # per-head temperature: its derivative is reciprocal(T[h])
+    ("(mul (tanh (div score (in 0))) (in 0))", True),  # per-head tensor softcap
+    ("(mul score (in 0))", False),  # derivative T[h], multiplied into dS directly
+    ("(add score (mul (in 0) (sub kv_idx q_idx)))", False),  # ALiBi with captured slopes
+])
+def test_which_per_head_forms_have_a_broadcast_only_op(score, has_op):
+    from te_compile.cudnn import emit, lowering
+    lw = lowering.lower(AttentionSpec(impl="cudnn", score=score, n_inputs=1, source="flex"), (256, 256))
+    assert (emit.broadcast_only_op(lw) is not None) is has_op
