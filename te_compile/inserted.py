@@ -42,13 +42,21 @@ def bh_input(q: Tensor, term: str, *bufs: Tensor) -> Tensor:
     return r.contiguous()
 
 
-def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor) -> Tensor:
+def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor) -> tuple[Tensor, Tensor]:
     """An additive score_mod term that gathers from captured tensors (``table[h, q_idx - kv_idx]``)
     as a [B|1, H|1, L, S] bias in q's dtype, computed by ordinary torch ops in the graph, so
-    autograd carries dBias back to the table through the gather.
+    autograd carries dBias back to the table through the gather; and the shift [B|1, H|1, L] to add
+    to the attention's lse.
 
     Inserted by the flex rewrite; the attention op then adds it after the score_mod (flex's
-    ``score_mod(s) = f(s) + g`` becomes ``f`` in cuDNN plus this bias)."""
+    ``score_mod(s) = f(s) + g`` becomes ``f`` in cuDNN plus this bias).
+
+    Eager computes the term in float32; the bias is in q's dtype (bf16 keeps 8 bits), so a large term
+    lost what matters to the softmax: ``table[h, q_idx - kv_idx] + q_idx`` at q_idx ~ 260 rounds in steps
+    of 2 (GPU fuzzer: out 27% off). Each row's largest finite value is subtracted first (the softmax does
+    not change; the lse comes back by the shift), so the entries near the row's top, the ones with weight,
+    are small and exact to bf16's relative precision; the shift is not differentiated (d lse / d bias is
+    the same softmax either way)."""
     # half-precision tables are read in float32: the gather's backward then sums each table entry's
     # dBias in float32 (a T5 bucket collects thousands of positions; a bf16 sum was 10% off)
     wide = [b.float() if b.dtype in (torch.float16, torch.bfloat16) else b for b in bufs]
@@ -60,7 +68,9 @@ def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor) -> Tensor:
         r = r.unsqueeze(0)
     B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     r = r.expand(r.shape[0] if r.shape[0] == B else 1, r.shape[1] if r.shape[1] == H else 1, L, S)
-    return r.to(q.dtype).contiguous()
+    top = r.detach().amax(dim=-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    return (r - top).to(q.dtype).contiguous(), top.squeeze(-1).float()
 
 
 def materialize_mask(q: Tensor, k: Tensor, term: str, qb: int, kb: int, kv_num: Optional[Tensor],

@@ -94,11 +94,23 @@ def cases(cuda: bool) -> dict[str, Case]:
         "pow_half_after_remainder_of_clamp": Case(**base, score=_score(
             "torch.abs(torch.remainder(torch.clamp(score * 0.5, min=-1.0, max=1.0), 1.0)) ** 0.5")),
         # 15. an op with no full [B, H, L, S] operand: the bprop of this score_mod multiplies the per-head input by
-        # 2 alone; cuDNN 9.19 ran it into a misaligned address (GPU fuzzer, GQA 2/1, DV = 2 D, L = S = 200), so
-        # such sites are kept
+        # 2 alone; cuDNN 9.19 and 9.27 ran it into a misaligned address (GPU fuzzer, GQA 2/1, DV = 2 D, L = S = 200),
+        # so such graphs get their inputs broadcast to the score's shape first
         "broadcast_only_op": Case(**{**base, "HKV": 1, "L": 200 if cuda else 20, "S": 200 if cuda else 20, "DV": 2 * d},
                                   scale=0.3, captured=[_table("T0", ("H",), "rand")],
                                   score=_score("torch.sqrt(torch.abs(((score * 2) * T0[h] * (kv_idx - q_idx))) + 0.5)")),
+        # 16. inverse causal as a select on the raw score (mask first): cuDNN skipped tiles as if causal, out ~100%
+        # off at L = S = 200, D 128 (GPU fuzzer, cuDNN 9.19); now emitted after the score_mod like other masks
+        "inverse_causal_mask_first": Case(**{**base, "B": 1, "H": 4, "HKV": 4, "L": 200 if cuda else n,
+                                             "S": 200 if cuda else n, "D": 128 if cuda else d, "DV": 128 if cuda else d},
+                                          mask=_mask("kv_idx >= q_idx"), return_lse=True,
+                                          score=_score("-0.5 + (score * 0.5).float()")),
+        # 17. a gathered additive term with a large per-row part, rounded into a bf16 bias (GPU fuzzer: out 27% off);
+        # each bias row is shifted by its top now
+        "large_gathered_bias": Case(**{**base, "H": 4, "HKV": 1, "L": 256 if cuda else n, "S": 128 if cuda else m},
+                                    captured=[_table("T1", ("H", "L+S-1")), _table("T2", ("B",), "randint:0:8", "int64")],
+                                    score=_score("torch.where(score >= 0.5, score, score * 0.5) + T1[h, q_idx - kv_idx + "
+                                                 f"{(128 if cuda else m) - 1}] + torch.maximum(T2[b], q_idx + 7) * 1")),
     }
     if not cuda:  # exact on the reference target only: a step of exp2 at an integer (bf16 moves it on cuDNN)
         # exp2 translated as exp(x ln 2) put remainder(exp2(4), 1) at 0.99999 instead of 0

@@ -202,7 +202,9 @@ def test_emission_support_reasons():
     ("(mul (tanh (div score 30.0)) 30.0)", "(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 10))", None),  # compound
     ("(mul (tanh (div score 30.0)) 30.0)", "(ge q_idx 5)", None),  # index vs constant
     ("(mul (tanh (div score 30.0)) 30.0)", "(ge (add q_idx 256) kv_idx)", None),  # offset: cuDNN skips wrongly
-    ("(mul (tanh (div score 30.0)) 30.0)", "(le q_idx kv_idx)", "min"),  # inverse causal
+    # inverse causal: cuDNN skipped tiles as if causal (GPU fuzzer, L = S = 200, D 128: out ~100% off)
+    ("(mul (tanh (div score 30.0)) 30.0)", "(le q_idx kv_idx)", None),
+    ("(add score -0.5)", "(ge kv_idx q_idx)", None),
     # strict or equality compares: cuDNN takes a raw-score select for causal (fuzzer: wrong results)
     ("(mul (tanh (div score 30.0)) 30.0)", "(lt kv_idx q_idx)", None),
     ("(mul (tanh (div score 30.0)) 30.0)", "(gt q_idx kv_idx)", None),
@@ -413,47 +415,54 @@ def test_a_site_whose_dbias_plan_does_not_build_is_kept_end_to_end(monkeypatch, 
 SQRT_ABS_PER_HEAD = "(sqrt (add (abs (mul (mul (mul score 2) (in 0)) (sub kv_idx q_idx))) 0.5))"
 
 
-@pytest.mark.parametrize("score,kept_in", [
-    # the GPU fuzzer's crash (cuDNN 9.19, misaligned address): the bprop multiplies the per-head input by 2 alone
+@pytest.mark.parametrize("score,op_in", [
+    # the GPU fuzzer's crash (cuDNN 9.19 and 9.27, misaligned address): the bprop multiplies the per-head input by 2
     (SQRT_ABS_PER_HEAD, "mul(input 0, a constant) in the derived backward"),
     ("(div score (mul (in 0) 2))", "mul(input 0, a constant) in the score_mod"),
     ("(mul (mul score (in 0)) (sub kv_idx q_idx))", None),  # every op has a full operand
     ("(add score (mul (in 0) (sub kv_idx q_idx)))", None),
     ("(mul 30.0 (tanh (div score 30.0)))", None),
 ])
-def test_a_graph_with_an_op_on_inputs_and_constants_alone_is_kept(score, kept_in):
-    from te_compile.cudnn import lowering
+def test_an_op_on_inputs_and_constants_alone_gets_full_inputs_or_is_kept(score, op_in):
+    """By default a graph that would have an op with no full operand is emitted with its inputs broadcast first
+    (served); without that (``full_inputs_where_needed=0``) the site is kept with the op named, and
+    ``keep_broadcast_only=0`` serves it anyway (the probes' switch)."""
+    from te_compile.cudnn import emit, lowering
     q = torch.empty(2, 2, 200, 64, device="meta", dtype=torch.bfloat16)
     k = torch.empty(2, 1, 200, 64, device="meta", dtype=torch.bfloat16)
     v = torch.empty(2, 1, 200, 128, device="meta", dtype=torch.bfloat16)
     spec = AttentionSpec(impl="cudnn", scale=0.3, score=score, n_inputs=score.count("(in 0)") and 1, source="flex")
-    why = check(q, k, v, None, spec, True, False)
-    if kept_in is None:
-        assert why is None
-        return
-    assert why is not None and kept_in in why and "misaligned address" in why and why.category == NOT_ON_CUDNN
-    old = lowering.set_options(keep_broadcast_only=False)  # the probes' switch serves it
+    assert check(q, k, v, None, spec, True, False) is None
+    assert emit.inputs_full(lowering.lower(spec, (200, 200))) is (op_in is not None)
+    old = lowering.set_options(full_inputs_where_needed=False)
     try:
+        why = check(q, k, v, None, spec, True, False)
+        if op_in is None:
+            assert why is None
+            return
+        assert why is not None and op_in in why and "misaligned address" in why and why.category == NOT_ON_CUDNN
+        lowering.set_options(keep_broadcast_only=False)
         assert check(q, k, v, None, spec, True, False) is None
     finally:
-        lowering.set_options(**{"keep_broadcast_only": old.keep_broadcast_only})
+        lowering.set_options(full_inputs_where_needed=old.full_inputs_where_needed,
+                             keep_broadcast_only=old.keep_broadcast_only)
 
 
 def test_full_inputs_leave_no_broadcast_only_op():
-    """EmitOptions.full_inputs (the candidate fix, off by default): every captured input is broadcast to the
-    score's shape first, so the emitted graph has no op on inputs and constants alone and the site is not kept."""
+    """EmitOptions.full_inputs_where_needed: the crash's graph gets its captured input broadcast to the score's
+    shape first, so no op has inputs and constants alone; the input is read only by that broadcast."""
     from te_compile.cudnn import emit, lowering
     spec = AttentionSpec(impl="cudnn", scale=0.3, score=SQRT_ABS_PER_HEAD, n_inputs=1, source="flex")
-    assert emit.broadcast_only_op(lowering.lower(spec, (200, 200))) is not None
-    old = lowering.set_options(full_inputs=True)
+    lw = lowering.lower(spec, (200, 200))
+    assert emit.broadcast_only_op(lw) is None
+    ops = emit.structure(lw)
+    uses = [e for e in ops if e[0] not in ("dtype", "score_mod", "bprop") and ("in", 0) in e[1]]
+    assert uses and all(e[0] == "add" for e in uses)
+    old = lowering.set_options(full_inputs_where_needed=False)
     try:
-        lw = lowering.lower(spec, (200, 200))
-        assert emit.broadcast_only_op(lw) is None
-        ops = emit.structure(lw)
-        uses = [e for e in ops if e[0] not in ("dtype", "score_mod", "bprop") and ("in", 0) in e[1]]
-        assert uses and all(e[0] == "add" for e in uses)  # the input is read only by the broadcast
+        assert emit.broadcast_only_op(lowering.lower(spec, (200, 200))) is not None
     finally:
-        lowering.set_options(full_inputs=old.full_inputs)
+        lowering.set_options(full_inputs_where_needed=old.full_inputs_where_needed)
 
 
 @pytest.mark.parametrize("score,has_op", [
@@ -462,7 +471,60 @@ def test_full_inputs_leave_no_broadcast_only_op():
     ("(mul score (in 0))", False),  # derivative T[h], multiplied into dS directly
     ("(add score (mul (in 0) (sub kv_idx q_idx)))", False),  # ALiBi with captured slopes
 ])
-def test_which_per_head_forms_have_a_broadcast_only_op(score, has_op):
+def test_which_per_head_forms_get_full_inputs(score, has_op):
+    """Only the forms that would have an op with no full operand pay for the broadcast; the others are emitted
+    as before."""
     from te_compile.cudnn import emit, lowering
     lw = lowering.lower(AttentionSpec(impl="cudnn", score=score, n_inputs=1, source="flex"), (256, 256))
-    assert (emit.broadcast_only_op(lw) is not None) is has_op
+    assert emit.inputs_full(lw) is has_op
+    assert emit.broadcast_only_op(lw) is None
+    old = lowering.set_options(full_inputs_where_needed=False)
+    try:
+        lw = lowering.lower(AttentionSpec(impl="cudnn", score=score, n_inputs=1, source="flex"), (256, 256))
+        assert (emit.broadcast_only_op(lw) is not None) is has_op
+    finally:
+        lowering.set_options(full_inputs_where_needed=old.full_inputs_where_needed)
+
+
+@pytest.mark.parametrize("score,kept", [
+    ("(log (rem (add score 2.0) 3.0))", True),  # the GPU fuzzer's case: dQ / dK inf on cuDNN 9.19 and 9.27
+    ("(sqrt (rem score 1.0))", True),
+    ("(pow (abs (rem (mul score 0.5) 1.0)) 0.5)", True),
+    ("(div 1.0 (add (rem score 3.0) 0.0))", True),
+    ("(pow (rem score 3.0) 3)", False),  # not singular at 0: served (passed on the GPU)
+    ("(log (add (abs score) 1.0))", False),  # singular function, no remainder
+    ("(rem (log (add (abs score) 1.0)) 3.0)", False),  # the remainder after the singular function
+])
+def test_a_singular_function_of_a_remainder_of_the_score_is_kept(score, kept):
+    from te_compile.cudnn.check import singular_of_remainder
+    from te_compile.reasons import NOT_EXACT
+    q = torch.empty(1, 4, 255, 64, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(1, 4, 128, 64, device="meta", dtype=torch.bfloat16)
+    v = torch.empty(1, 4, 128, 128, device="meta", dtype=torch.bfloat16)
+    spec = AttentionSpec(impl="cudnn", score=score, mask_mod="(ge q_idx kv_idx)", source="flex")
+    why = check(q, k, v, None, spec, True, False)
+    if kept:
+        assert why is not None and why.category == NOT_EXACT and "remainder" in why
+    else:
+        assert why is None or "remainder" not in why
+    assert (singular_of_remainder(lowering_expr(score)) is not None) is kept
+
+
+def lowering_expr(score):
+    from te_compile import ir
+    return ir.parse(score)
+
+
+@pytest.mark.parametrize("S,score,grad,kept", [
+    (64, "(add (mul (add (mul kv_idx kv_idx) q_idx) 0.1) score)", True, True),  # the GPU fuzzer's case: dQ inf
+    (64, "(add (mul (add (mul kv_idx kv_idx) q_idx) 0.1) score)", False, False),  # the forward passed
+    (96, "(add (mul (add (mul kv_idx kv_idx) q_idx) 0.1) score)", True, False),
+    (64, "(mul (tanh (div score 30.0)) 30.0)", True, False),  # no index term
+])
+def test_short_keys_with_index_terms_are_kept_in_training(S, score, grad, kept):
+    q = torch.empty(2, 4, 64, 64, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(2, 1, S, 64, device="meta", dtype=torch.bfloat16)
+    v = torch.empty(2, 1, S, 64, device="meta", dtype=torch.bfloat16)
+    spec = AttentionSpec(impl="cudnn", score=score, source="flex")
+    why = check(q, k, v, None, spec, grad, False)
+    assert (why is not None and "keys with grads" in why) is kept

@@ -2,12 +2,11 @@
 
 The GPU fuzzer (cuDNN 9.19, H200) drew one case that left the CUDA context unusable ("err 716", misaligned
 address): ``sqrt(|score * 2 * T0[h] * (kv_idx - q_idx)| + 0.5)``, GQA 2/1, D 64, DV 128, L = S = 200, with grads.
-Its derived backward has ``mul(T0[h], 2.0)``: an op on a captured input and a constant alone. No other
-fuzzer case run on a GPU had such an op, so te_compile keeps these sites (``EmitOptions.keep_broadcast_only``).
-This probe serves them anyway (``--emit keep_broadcast_only=0``) in variants of the case, each in its own
-process (a sticky CUDA error poisons the context), to find what the crash needs; the control column keeps them,
-and the last column serves them with the candidate fix (``--emit full_inputs=1``: inputs broadcast to the score's
-shape first, so no such op is left).
+Its derived backward has ``mul(T0[h], 2.0)``: an op on a captured input and a constant alone. This probe serves
+variants of the case, each in its own process (a sticky CUDA error poisons the context), in three columns: as
+emitted without the fix (``--emit full_inputs_where_needed=0 --emit keep_broadcast_only=0``), kept (the fix off,
+the keep on), and te_compile's default (``EmitOptions.full_inputs_where_needed``: the inputs broadcast to the
+score's shape first, so no such op is left). docs/cudnn-notes.md has the results.
 
     python3 bench/probes/diag_broadcast.py [--jobs 6]
 """
@@ -36,11 +35,12 @@ VARIANTS = {
 }
 
 
-COLUMNS = {"served (keep=0)": ["keep_broadcast_only=0"], "kept (keep=1)": [],
-           "full_inputs=1": ["full_inputs=1"]}
+COLUMNS = {"as emitted": ["full_inputs_where_needed=0", "keep_broadcast_only=0"],
+           "kept": ["full_inputs_where_needed=0"], "default (full inputs)": []}
 
 
-def run(case: dict, emits: list) -> str:
+def run(case: dict, emits: list, detail: bool = False) -> str:
+    """The fuzzer's outcome for ``case`` in a process of its own (with ``detail``: and its error line)."""
     cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--device", "cuda", "--case", json.dumps(case), "-v"]
     for e in emits:
         cmd += ["--emit", e]
@@ -49,11 +49,12 @@ def run(case: dict, emits: list) -> str:
     except subprocess.TimeoutExpired:
         return "timeout"
     text = p.stdout + p.stderr
+    for line in text.splitlines():  # the outcome line first: a keep reason may name the crash it avoids
+        if line.startswith(("pass", "kept", "invalid", "WRONG", "wrong", "--- ")):
+            word = line.split(":")[0].split()[0 if not line.startswith("---") else 1][:12]
+            return f"{word}  {line[:240]}" if detail and word != "pass" else word
     if any(w in text for w in ("err 716", "misaligned", "illegal memory access", "context was unusable")):
         return "CRASH"
-    for line in text.splitlines():
-        if line.startswith(("pass", "kept", "invalid", "WRONG", "wrong", "--- ")):
-            return line.split(":")[0].split()[0 if not line.startswith("---") else 1][:12]
     return f"rc{p.returncode}"
 
 

@@ -19,6 +19,7 @@ from typing import Optional
 
 import torch
 
+from .. import ir
 from ..layout import concrete as _concrete, contiguous_strides, like_layout_strides
 from ..reasons import NOT_EXACT, NOT_ON_CUDNN, Reason
 from ..spec import AttentionSpec
@@ -30,12 +31,67 @@ MAX_HEAD_DIM = 256
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 
 
+#: functions with an infinite value or derivative at 0: log(0) = -inf, 1 / 0, sqrt'(0)
+_SINGULAR_AT_0 = {"log", "log2", "sqrt", "rsqrt"}
+
+
+def singular_of_remainder(score: Optional[ir.Expr]) -> Optional[str]:
+    """Why a score_mod that applies a function singular at 0 to a remainder (or floor division) of a float that
+    reads the score is not served, or None. cuDNN's float remainder is ``x - floor(x / c) * c`` with an inexact
+    division, so next to multiples of ``c`` it lands on the other side of the step from torch's (0 instead of
+    ``c``); after a singular function that is an infinite gradient: ``log(remainder(score + 2, 3))`` gave dQ and dK
+    inf at L = 255 and 256, S = 128 (GPU fuzzer, cuDNN 9.19 and 9.27), where eager's are finite."""
+    if score is None:
+        return None
+
+    def has_float_step(e: ir.Expr) -> bool:
+        if e.op in ("rem", "floordiv") and "score" in e.leaves():
+            return True
+        return any(has_float_step(a) for a in e.args)
+
+    def walk(e: ir.Expr) -> Optional[str]:
+        singular = (e.op in _SINGULAR_AT_0 or (e.op == "div" and len(e.args) == 2 and has_float_step(e.args[1]))
+                    or (e.op == "pow" and e.args[1].op == "const" and float(e.args[1].value) < 1))
+        if singular and has_float_step(e.args[1] if e.op == "div" else e.args[0]):
+            return (f"the score_mod applies {e.op} to a remainder of the score: cuDNN's float remainder differs "
+                    "from torch's next to multiples of the divisor, and the function turns that into infinite "
+                    "gradients")
+        for a in e.args:
+            why = walk(a)
+            if why:
+                return why
+        return None
+    return walk(score)
+
+
+#: at most this many keys, a score_mod with index terms is not served with grads (``_short_keys``)
+SHORT_KEYS = 64
+
+
+def _short_keys(lw, k: torch.Tensor, needs_grad: bool) -> Optional[str]:
+    """Why a training call with at most SHORT_KEYS keys and a score_mod that reads q_idx / kv_idx is not served:
+    ``score + (kv_idx * kv_idx + q_idx) * c`` gave dQ inf at S = 64 (L = 64 and 200) once the index term spans
+    40 or more (c = 0.01 to 0.1), with or without GQA, mask and padded-tile guard, and not at S = 32, 96, 127,
+    129, 200 nor without grads (GPU fuzzer and bench/probes/diag_wrong.py, cuDNN 9.19); a span of 4 passed.
+    Which sizes below 64 fail is not known, so all are kept."""
+    S = k.shape[2] if k.dim() == 4 else None
+    if not needs_grad or lw.score is None or not isinstance(S, int) or S > SHORT_KEYS:
+        return None
+    if not lw.score.leaves() & {"q_idx", "kv_idx"}:
+        return None
+    return (f"a score_mod with index terms at {S} <= {SHORT_KEYS} keys with grads: cuDNN gave dQ inf for large "
+            "index terms at 64 keys")
+
+
 def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
           spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> Optional[Reason]:
     """Reason cuDNN cannot serve this call, or None. Tensors may be fake."""
     lw = lower(spec)
     if lw.unsupported:
         return Reason(lw.unsupported, NOT_ON_CUDNN)
+    why = singular_of_remainder(lw.score) or _short_keys(lw, k, needs_grad)
+    if why:
+        return Reason(why, NOT_EXACT)
     why = _broadcast_only_op(lw) if lw.options.keep_broadcast_only else None
     if why:
         return Reason(f"the emitted graph has an op on captured tensors and constants alone, {why}: cuDNN ran "

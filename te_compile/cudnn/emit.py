@@ -41,17 +41,32 @@ def structure(lw: Lowering) -> tuple:
     transcript of running the Emitter on a recording graph. Two specs with equal structures
     build identical cuDNN graphs that differ only in the values fed at execute, so the graph
     cache keys on this, and a changed softcap or bias slope reuses the built graph."""
-    return _structure(lw, lowering_mod.OPTIONS)  # the emission options change the ops, not only the record
+    # the emission options change the ops, not only the record
+    return _structure(lw, lowering_mod.OPTIONS, inputs_full(lw))
+
+
+def inputs_full(lw: Lowering) -> bool:
+    """Do the captured inputs enter broadcast to the score's shape (``EmitOptions.full_inputs_where_needed``):
+    only where the graph emitted without that would have an op with no full operand."""
+    o = lowering_mod.OPTIONS
+    if o.full_inputs:
+        return True
+    if not (o.full_inputs_where_needed and lw.spec.n_inputs and lw.emitted and not lw.unsupported):
+        return False
+    return _first_broadcast_only(_structure(lw, o, False)) is not None
 
 
 def broadcast_only_op(lw: Lowering) -> Optional[str]:
     """The first emitted op none of whose operands is a full [B, H, L, S] tensor (only captured inputs,
     pass-by-value constants and scalars: ``mul(T0[h], 2.0)`` in the bprop of ``sqrt(|s * 2 * T0[h] * (kv - q)|)``),
-    as text, or None. cuDNN 9.19 ran the one such graph the fuzzer drew into a misaligned address, which left the
-    CUDA context unusable; no graph without such an op did, so these sites stay with Inductor."""
+    as text, or None. cuDNN 9.19 and 9.27 ran such graphs into a misaligned address, which left the CUDA context
+    unusable, so a site whose emission still has one stays with Inductor (``inputs_full`` removes them)."""
     if not lw.emitted or lw.unsupported or lw.alibi:
         return None
-    st = structure(lw)
+    return _first_broadcast_only(structure(lw))
+
+
+def _first_broadcast_only(st: tuple) -> Optional[str]:
     full: dict = {}
     part = "score_mod"
     for i, entry in enumerate(st):
@@ -82,11 +97,11 @@ def _operand_text(t: Any) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _structure(lw: Lowering, options: lowering_mod.EmitOptions) -> tuple:
+def _structure(lw: Lowering, options: lowering_mod.EmitOptions, full_inputs: bool) -> tuple:
     rec = _Recorder()
     consts = {v: _Rec(("pbv", j)) for j, v in enumerate(lw.constants)}
     inputs = [_Rec(("in", i)) for i in range(lw.spec.n_inputs)]
-    em = Emitter(lw, inputs, consts)
+    em = Emitter(lw, inputs, consts, full_inputs)
     rec.entries.append(("score_mod", rec.ref(em.score_mod(rec, _Rec(("score",))))))
     if em.needs_bprop:
         rec.entries.append(("bprop", rec.ref(em.bprop(rec, _Rec(("dS",))))))
@@ -189,7 +204,9 @@ def _negate(c: ir.Expr) -> ir.Expr:
 class Emitter:
     """Emits a spec's score_mod (+ mask_mod) and its derivative into one cuDNN graph."""
 
-    def __init__(self, lw: Lowering, inputs: Sequence[Any], consts: Optional[dict] = None):
+    def __init__(self, lw: Lowering, inputs: Sequence[Any], consts: Optional[dict] = None,
+                 full_inputs: bool = False):
+        self.full_inputs = full_inputs  # captured inputs enter broadcast to the score's shape (inputs_full)
         self.consts = dict(consts or {})  # value -> pass-by-value IR tensor (outer graph)
         self.score_expr, self.mask = lw.score, lw.mask
         self.inputs = list(inputs)  # IR tensors for (in i), created on the outer graph
@@ -348,7 +365,7 @@ class Emitter:
             t.set_data_type(_I32)
             return t, "int"
         if op == "in":
-            if lowering_mod.OPTIONS.full_inputs:  # EmitOptions.full_inputs says why
+            if self.full_inputs:  # EmitOptions.full_inputs_where_needed says why
                 return self._f(g.add(self._full(0.0), self.inputs[e.value], compute_data_type=_F32)), "float"
             return self.inputs[e.value], "float"
         if op == "const":

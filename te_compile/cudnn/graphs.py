@@ -36,7 +36,7 @@ import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 
 from ..layout import contiguous_strides, empty_like_layout, like_layout_strides
 from ..spec import AttentionSpec
-from .emit import Emitter, structure
+from .emit import Emitter, inputs_full, structure
 from . import prefix
 from .lowering import Lowering, lower
 
@@ -364,7 +364,7 @@ def _emitter(g: Any, lw: Lowering, inputs: Sequence[Meta]) -> tuple[Optional[Emi
                           uid=_UID.CONSTS + j, is_pass_by_value=True)
               for j, v in enumerate(lw.constants)}
     uids += [_UID.CONSTS + j for j in range(len(consts))]
-    return Emitter(lw, ts, consts), uids
+    return Emitter(lw, ts, consts, inputs_full(lw)), uids
 
 
 def _graph_key(lw: Lowering) -> Any:

@@ -64,13 +64,20 @@ class EmitOptions:
     #: (``score ** 3``, ``maximum(score * 2, score)``), into the same context-killing illegal memory access;
     #: 9.19 ran them. No kernel-time cost measured (docs/cudnn-notes.md)
     score_identity: bool = True
-    #: keep (not serve) a site whose emitted graph has an op with no full [B, H, L, S] operand (only captured
-    #: inputs and constants: ``mul(T0[h], 2.0)``). cuDNN 9.19 ran such a graph into a misaligned address that
-    #: left the CUDA context unusable (fuzzer; docs/cudnn-notes.md); 0 serves them, for probes
+    #: keep (not serve) a site whose emitted graph still has an op with no full [B, H, L, S] operand (only
+    #: captured inputs and constants: ``mul(T0[h], 2.0)``). cuDNN 9.19 and 9.27 run such a graph into a misaligned
+    #: address that leaves the CUDA context unusable (fuzzer; docs/cudnn-notes.md). With ``full_inputs_where_needed``
+    #: no such op is left; 0 serves them anyway, for probes
     keep_broadcast_only: bool = True
-    #: a candidate fix for the same, not yet run on a GPU (off): every captured input enters the score_mod
-    #: broadcast to the score's shape (``add(full(0), input)``), so no op has only inputs and constants as operands
+    #: a graph that would have such an op gets every captured input broadcast to the score's shape first
+    #: (``add(full(0), input)``), so each op has a full operand: the crashing graphs then ran right on 9.19 and 9.27.
+    #: Graphs without such an op are emitted as before (no extra op)
+    full_inputs_where_needed: bool = True
+    #: every graph with captured inputs gets them broadcast (for probes)
     full_inputs: bool = False
+    #: treat inverse causal (``kv_idx >= q_idx``) like causal: mask first, a select on the raw score. Off: cuDNN
+    #: skipped tiles as if it were causal (``is_causal_cmp``); 1 restores the old emission, for probes
+    mask_first_inverse: bool = False
 
     def __post_init__(self) -> None:
         if self.const_mode not in ("pbv", "scalar", "pbv_nonint"):
@@ -288,11 +295,13 @@ def _kv_guard(e: Optional[ir.Expr], lengths: tuple[int, int], enabled: bool) -> 
 
 
 def is_causal_cmp(c: ir.Expr) -> bool:
-    """``q_idx >= kv_idx`` or ``q_idx <= kv_idx`` (either spelling): the masks cuDNN may see as a select
-    on the raw score (causal, and inverse causal: both measured right on cuDNN 9.19)."""
+    """``q_idx >= kv_idx`` (either spelling, ``kv_idx <= q_idx``): the one mask cuDNN may see as a select on the
+    raw score. Inverse causal (``kv_idx >= q_idx``) is not: it passed at one tile, and gave outputs ~100% off at
+    L = S = 200, D 128 with a score_mod (GPU fuzzer, cuDNN 9.19: cuDNN skips tiles as if it were causal)."""
     if c.op not in ("ge", "le") or len(c.args) != 2 or {a.op for a in c.args} != {"q_idx", "kv_idx"}:
         return False
-    return True
+    big = c.args[0] if c.op == "ge" else c.args[1]
+    return big.op == "q_idx" or OPTIONS.mask_first_inverse
 
 
 def at_neg_inf(e: ir.Expr) -> str:

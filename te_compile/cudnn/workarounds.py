@@ -39,19 +39,32 @@ WORKAROUNDS: tuple[Workaround, ...] = (
     Workaround("score through one identity", "the raw score reaches the score_mod through one identity op, so "
                "cuDNN's score tensor has a single consumer", "cudnn.lowering:EmitOptions.score_identity",
                "cuDNN versions", "tests/test_cudnn_versions.py::test_raw_score_has_one_consumer"),
-    Workaround("no broadcast-only op", "a site whose emitted graph has an op with no full [B, H, L, S] operand "
-               "(captured inputs and constants alone) stays with Inductor", "cudnn.lowering:EmitOptions.keep_broadcast_only",
-               "Found by the differential fuzzer",
-               "tests/test_cudnn_decisions.py::test_a_graph_with_an_op_on_inputs_and_constants_alone_is_kept"),
-    Workaround("inputs made full (off)", "a candidate fix for the same, not yet run on a GPU: captured inputs enter "
-               "broadcast to the score's shape", "cudnn.lowering:EmitOptions.full_inputs", "Found by the differential fuzzer",
+    Workaround("inputs made full where needed", "a graph that would have an op with no full [B, H, L, S] operand "
+               "(captured inputs and constants alone) gets its captured inputs broadcast to the score's shape first",
+               "cudnn.lowering:EmitOptions.full_inputs_where_needed", "Found by the differential fuzzer",
                "tests/test_cudnn_decisions.py::test_full_inputs_leave_no_broadcast_only_op"),
+    Workaround("no broadcast-only op", "a site whose emitted graph still has such an op stays with Inductor",
+               "cudnn.lowering:EmitOptions.keep_broadcast_only", "Found by the differential fuzzer",
+               "tests/test_cudnn_decisions.py::test_an_op_on_inputs_and_constants_alone_gets_full_inputs_or_is_kept"),
+    Workaround("inputs made full everywhere (off)", "every graph with captured inputs gets them broadcast (probes)",
+               "cudnn.lowering:EmitOptions.full_inputs", "Found by the differential fuzzer",
+               "tests/test_cudnn_decisions.py::test_which_per_head_forms_get_full_inputs"),
     Workaround("constants by value", "constants enter as pass-by-value inputs, so a changed constant reuses the "
                "built graph and a bprop of mul(dS, constant) builds", "cudnn.lowering:EmitOptions.const_mode",
                "Found by the differential fuzzer", "tests/test_cudnn_decisions.py::test_graph_structure_ignores_constant_values"),
     Workaround("mask first", "a single index comparison mask is applied to the raw score before the score_mod, "
                "so cuDNN skips the masked tiles", "cudnn.lowering:Lowering.mask_first", "Tile skipping with a score_mod",
                "tests/test_cudnn_decisions.py::test_mask_first_plan"),
+    Workaround("mask first for causal only", "inverse causal (kv_idx >= q_idx) is emitted after the score_mod, not as "
+               "a select on the raw score", "cudnn.lowering:EmitOptions.mask_first_inverse", "Found by the differential fuzzer",
+               "tests/test_cudnn_decisions.py::test_mask_first_plan"),
+    Workaround("no singular function of a remainder", "a score_mod with log / sqrt / 1/x / x**p (p < 1) of a float "
+               "remainder of the score stays with Inductor", "cudnn.check:singular_of_remainder",
+               "Found by the differential fuzzer",
+               "tests/test_cudnn_decisions.py::test_a_singular_function_of_a_remainder_of_the_score_is_kept"),
+    Workaround("short keys with index terms", "a training call with at most 64 keys and a score_mod that reads q_idx / "
+               "kv_idx stays with Inductor", "cudnn.check:SHORT_KEYS", "Found by the differential fuzzer",
+               "tests/test_cudnn_decisions.py::test_short_keys_with_index_terms_are_kept_in_training"),
     Workaround("native band", "causal / sliding-window mask_mods without a score_mod run as cuDNN's diagonal band",
                "cudnn.lowering:diagonal_bounds", "Tile skipping with a score_mod",
                "tests/test_cudnn_decisions.py::test_native_band_recognition"),

@@ -365,10 +365,12 @@ def apply(gm: GraphModule, d: Decision) -> None:
     with graph.inserting_before(n):
         inputs = [graph.call_function(bh_input, (site.q, term, *plan.buffers)) for term in plan.terms]
         made = list(inputs)  # the nodes that carry the site's source line
-        bias = None
-        if plan.bias_term:
-            bias = graph.call_function(materialize_bias, (site.q, site.k, plan.bias_term, *plan.buffers))
-            made.append(bias)
+        bias = shift = None
+        if plan.bias_term:  # the bias, each row shifted by its top (materialize_bias says why), and the shifts
+            both = graph.call_function(materialize_bias, (site.q, site.k, plan.bias_term, *plan.buffers))
+            bias = graph.call_function(operator.getitem, (both, 0))
+            shift = graph.call_function(operator.getitem, (both, 1))
+            made += [both, bias, shift]
         if plan.mask_term:
             mask = graph.call_function(materialize_mask, (site.q, site.k, plan.mask_term, *plan.mask_block,
                                                           *plan.buffers))
@@ -380,6 +382,8 @@ def apply(gm: GraphModule, d: Decision) -> None:
             node.meta.update(meta)
         out = graph.call_function(operator.getitem, (call, 0))
         lse = graph.call_function(operator.getitem, (call, 1))
+        if shift is not None:
+            lse = graph.call_function(operator.add, (lse, shift))
         lse2 = graph.call_function(operator.mul, (lse, _INV_LN2))
     _replace_outputs(graph, d, n, out, lse, lse2)
     d.replacement = call.name
@@ -398,7 +402,11 @@ def _replace_outputs(graph: Any, d: Decision, n: Node, out: Node, lse: Node, lse
     graph.erase_node(n)
     if not lse2.users:
         graph.erase_node(lse2)
+        parts = list(lse.args) if lse.target is operator.add else []  # lse + the bias rows' shift
         graph.erase_node(lse)
+        for p in parts:
+            if isinstance(p, Node) and not p.users:
+                graph.erase_node(p)
     for a in attrs:  # the score_mod / mask_mod subgraphs, now unused (no general DCE: see docs)
         if a.op == "get_attr" and not a.users:
             graph.erase_node(a)
