@@ -54,6 +54,20 @@ def _own_entries(fn: Callable):
     yield fn, {}
 
 
+def isolated_compile(fn: Callable, backend: Any, mode: Optional[str] = None) -> Callable:
+    """``torch.compile(fn, backend=backend)`` whose compiled entries are its own (not the user's recompile budget,
+    not another such call's): ``isolate_recompiles`` on torch >= 2.13; before, a copy of the code of the frame
+    Dynamo compiles (a module's forward is called as a method, so the module's hooks do not run)."""
+    kw = {} if mode in (None, "default") else {"mode": mode}
+    if _ISOLATE:
+        return torch.compile(fn, backend=backend, isolate_recompiles=True, **kw)
+    if isinstance(fn, torch.nn.Module) and isinstance(getattr(type(fn), "forward", None), types.FunctionType):
+        return torch.compile(types.MethodType(_fresh_code(type(fn).forward), fn), backend=backend, **kw)
+    if isinstance(fn, types.FunctionType):
+        return torch.compile(_fresh_code(fn), backend=backend, **kw)
+    return torch.compile(fn, backend=backend, **kw)
+
+
 #: torch >= 2.13: a torch.compile call whose recompilations count apart from every other call's
 _ISOLATE = "isolate_recompiles" in inspect.signature(torch.compile).parameters
 

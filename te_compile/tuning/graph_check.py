@@ -134,7 +134,7 @@ def skip_reason(original: torch.fx.Graph, example_inputs: list[Any], cuda_graphs
 
 
 @contextlib.contextmanager
-def _rng_restored() -> Iterator[None]:
+def rng_restored() -> Iterator[None]:
     cpu = torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     try:
@@ -177,7 +177,7 @@ def measure_graph(gm: torch.fx.GraphModule, served: torch.fx.Graph, kept: torch.
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     t0 = time.perf_counter()
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
-    with unset_fake_temporarily(), _rng_restored():
+    with unset_fake_temporarily(), rng_restored():
         te = _step(compile_fn(copy_module(gm, served), inputs, needs_grad), inputs, needs_grad)
         tc = _step(compile_fn(copy_module(gm, kept), inputs, needs_grad), inputs, needs_grad)
         sync = torch.cuda.synchronize if cuda else None
@@ -220,6 +220,13 @@ def verdict(gm: torch.fx.GraphModule, original: torch.fx.Graph, example_inputs: 
         return None
     what = "training step" if needs_grad else "forward"
     took = f", checking took {m.seconds:.1f} s" if m.seconds else ""
+    if entry and entry.get("scope") == "model":
+        return Reason(f"kept for speed ({what} of the whole model, te_compile.tune): the model measured "
+                      f"{m.te_ms:.3f} ms with its measured-faster sites on cuDNN vs {m.tc_ms:.3f} ms with plain "
+                      f"torch.compile, cuDNN faster in {m.wins} of {len(m.ratios)} rounds ({plat.get('gpu')}{took}); "
+                      "the sites and their graph measured faster alone, the model's host time outside its graphs "
+                      "did not allow it (te_compile.tuning.model_check); te_compile.backend(serve='always') serves "
+                      "it anyway", SLOWER)
     return Reason(f"kept for speed ({what} of the whole graph): it measured {m.te_ms:.3f} ms with its {measured} "
                   f"measured-faster site(s) on cuDNN vs {m.tc_ms:.3f} ms with them on torch.compile, cuDNN faster in "
                   f"{m.wins} of {len(m.ratios)} rounds ({plat.get('gpu')}{took}); the site alone measured faster, "
@@ -227,4 +234,5 @@ def verdict(gm: torch.fx.GraphModule, original: torch.fx.Graph, example_inputs: 
                   "serves it anyway", SLOWER)
 
 
-__all__ = ["verdict", "measure_graph", "signature", "skip_reason", "writes_an_input", "key", "checked_log"]
+__all__ = ["verdict", "measure_graph", "signature", "skip_reason", "writes_an_input", "key", "checked_log",
+           "rng_restored"]

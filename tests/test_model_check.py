@@ -1,0 +1,123 @@
+"""The whole-model check of te_compile.tune (te_compile.tuning.model_check): the model timed as called, with a
+fake compiler and a fake timer; what it writes into the cache and the reason the next compile gives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from te_compile.reasons import SLOWER, category
+from te_compile.tuning import cache, graph_check, model_check
+
+PLAT = {"gpu": "NVIDIA H100 80GB HBM3", "cudnn": 91900, "torch": "2.11.0"}
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
+    graph_check.checked_log.clear()
+    model_check.model_log.clear()
+
+
+class Model(torch.nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.proj = torch.nn.Linear(d, d)
+
+    def forward(self, x, scale=1.0):
+        q = self.proj(x)
+        return {"out": F.scaled_dot_product_attention(q, q, q, is_causal=True) * scale, "aux": [q.sum()]}
+
+
+def _fake(te_ms, tc_ms, compiled):
+    side = {}
+
+    def compile_fn(fn, backend, mode):
+        name = "tc" if backend == "inductor" else "te"
+        compiled.append(name)
+
+        def run(*a, **k):
+            side["now"] = name
+            return fn(*a, **k)
+        return run
+
+    def timer(fn, iters):
+        fn()
+        return te_ms if side["now"] == "te" else tc_ms
+    return compile_fn, timer
+
+
+@pytest.mark.parametrize("te_ms, tc_ms, keep", [(1.2, 1.0, True), (1.0, 1.3, False), (1.0, 1.01, False)])
+def test_a_model_slower_as_served_marks_its_graphs_kept(te_ms, tc_ms, keep):
+    """Slower served: its graphs are marked kept. Faster, even by less than the site rule's margin: the graph
+    check's verdict stands."""
+    key = graph_check.key("g" * 32, False, PLAT)
+    compiled, lines = [], []
+    compile_fn, timer = _fake(te_ms, tc_ms, compiled)
+    m = model_check.check(Model(), (torch.randn(1, 2, 8, 16),), {}, None, [{"key": key, "served": True}],
+                          echo=lines.append, timer=timer, compile_fn=compile_fn)
+    assert sorted(compiled) == ["tc", "te"] and m.te_ms == te_ms and m.tc_ms == tc_ms
+    assert model_check.model_log[-1]["served"] is (not keep) and "whole model" in lines[0]
+    entry = cache.get(key)
+    if not keep:
+        assert entry is None  # the graph check's own verdict stands
+        return
+    assert entry["scope"] == "model"
+    # the next compile of a graph with that entry (the default policy) keeps the graph's sites, naming the check
+    reason = _reason_from(entry)
+    assert category(reason) == SLOWER and "whole model" in reason and f"{te_ms:.3f} ms" in reason
+
+
+def graph_check_inputs():
+    got = []
+    torch._dynamo.reset()
+    torch.compile(Model(), backend=lambda gm, ex: got.append((gm, list(ex))) or gm.forward)(torch.randn(1, 2, 8, 16))
+    return got[0]
+
+
+def _reason_from(entry):
+    """The reason graph_check.verdict gives for a graph whose cache entry is ``entry``."""
+    gm, inputs = graph_check_inputs()
+    sig = graph_check.signature(gm, inputs)
+    cache.put(graph_check.key(sig, False, PLAT), entry)
+    from te_compile.fxcopy import copy_graph
+    original = copy_graph(gm.graph)
+    with torch.no_grad():
+        return graph_check.verdict(gm, original, inputs, 1, 1, False, False, PLAT)
+
+
+def test_nothing_is_timed_without_a_served_graph():
+    compiled = []
+    compile_fn, timer = _fake(1.0, 2.0, compiled)
+    assert model_check.check(Model(), (torch.randn(1, 2, 8, 16),), {}, None, [], timer=timer,
+                             compile_fn=compile_fn) is None
+    assert compiled == [] and model_check.model_log == [] and cache.entries() == {}
+
+
+def test_the_training_step_takes_every_gradient_without_touching_grad():
+    model, x = Model(), torch.randn(1, 2, 8, 16, requires_grad=True)
+    grads = model_check.step(model, model, (x,), {"scale": 2.0}, True)()
+    assert len(grads) == 3 and all(g is not None for g in grads)  # weight, bias, x
+    assert all(p.grad is None for p in model.parameters()) and x.grad is None
+    out = model_check.step(model, model, (x,), {}, False)()
+    assert not out["out"].requires_grad  # inference runs without grad
+
+
+def test_isolated_compiles_keep_their_own_entries():
+    """Two compiles of one model with different backends each compile (neither reuses the other's entry), and
+    the user's own torch.compile of it still has its whole recompile budget."""
+    from te_compile.explain import isolated_compile
+    calls = []
+
+    def backend(name):
+        def be(gm, ex):
+            calls.append(name)
+            return gm.forward
+        return be
+    model, x = Model(), torch.randn(1, 2, 8, 16)
+    torch._dynamo.reset()
+    isolated_compile(model, backend("a"))(x)
+    isolated_compile(model, backend("b"))(x)
+    torch.compile(model, backend=backend("user"))(x)
+    assert calls == ["a", "b", "user"]
