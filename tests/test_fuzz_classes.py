@@ -187,3 +187,23 @@ def test_a_float32_cast_can_make_eager_the_inexact_side(backend):
     for i in (0, 1):  # dq, dk
         assert fuzz._err(want["grads"][i], high["grads"][i], 1.0) > 1e3  # eager's float32 loss (torch's)
         assert fuzz._err(got["grads"][i], high["grads"][i], 1.0) < 1e-3
+
+
+def _no_shift(q, k, term, *bufs):
+    """materialize_bias as it was: the bias rows cast to q's dtype without subtracting their top."""
+    from te_compile import inserted
+    bias, shift = inserted.materialize_bias(q, k, term, *bufs)
+    return (bias.float() + shift.unsqueeze(-1)).to(q.dtype), torch.zeros_like(shift)
+
+
+@pytest.mark.parametrize("shifted", [True, False])
+def test_a_large_gathered_bias_in_bfloat16_on_the_cpu(shifted, backend, monkeypatch):
+    """``--cpu-dtype bfloat16`` runs the reference target in bf16 against eager float32 with the CUDA tolerance,
+    so the CPU fuzzer sees what a bf16 bias loses: with the bias rows unshifted the class is wrong, as on the GPU."""
+    import te_compile.passes.flex as flex_pass
+    monkeypatch.setattr(fuzz, "CPU_LOW", torch.bfloat16)
+    if not shifted:
+        monkeypatch.setattr(flex_pass, "materialize_bias", _no_shift)
+    case = cases(cuda=True)["large_gathered_bias"]  # the GPU's shape: q_idx + 7 reaches 262
+    outcome, detail, _ = fuzz.compare(case, "cpu", backend)
+    assert outcome == ("pass" if shifted else "wrong"), f"{outcome}: {detail}"

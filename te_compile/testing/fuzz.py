@@ -9,7 +9,8 @@ custom scale, non-contiguous inputs, block sizes), with or without return_lse (l
 and gradients. The case runs compiled with te_compile and in eager, and every output and gradient
 (q, k, v, learned captured tensors) is compared:
 
-* CPU: te_compile's reference target in float64 against eager float64;
+* CPU: te_compile's reference target in float64 against eager float64 (``--cpu-dtype bfloat16``: in bfloat16
+  against eager float32, with the CUDA tolerance);
 * CUDA: te_compile (cuDNN) in bfloat16 against eager float32, tolerance
   ``max(3 x eager-bf16 error, 1e-2)`` per tensor (errors relative to the tensor's largest value).
 
@@ -499,21 +500,30 @@ def _err(got: Optional[torch.Tensor], want: Optional[torch.Tensor], floor: float
 _NAMES = ("out", "lse")
 
 
+#: the CPU run's dtype: float64 (exact, against eager float64) or bfloat16 (``--cpu-dtype bfloat16``: against eager
+#: float32 with the CUDA run's tolerance, so the reference target meets the precision a bf16 bias or input has)
+CPU_LOW = torch.float64
+
+
+def _dtypes(c: Case, device: str) -> tuple[torch.dtype, torch.dtype]:
+    """(the dtype te_compile runs in, eager's reference dtype)."""
+    if c.autocast:  # float32 inputs under torch.autocast(bfloat16), both sides
+        return torch.float32, torch.float32
+    if device == "cuda" or CPU_LOW == torch.bfloat16:
+        return torch.bfloat16, torch.float32
+    return torch.float64, torch.float64
+
+
 def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
     """(outcome, detail, decisions) for one case."""
-    if c.autocast:  # float32 inputs under torch.autocast(bfloat16), both sides
-        low, ref_dtype = torch.float32, torch.float32
-    elif device == "cuda":
-        low, ref_dtype = torch.bfloat16, torch.float32
-    else:
-        low, ref_dtype = torch.float64, torch.float64
+    low, ref_dtype = _dtypes(c, device)
     torch._dynamo.reset()
     try:
         want = run(c, device, ref_dtype)
         if _nonfinite(want):
             return "invalid", "eager result is not finite", []
-        eager_low = run(c, device, low) if device == "cuda" and not c.autocast else None
-        eager_high = _uncast_run(c) if device == "cpu" and not c.autocast else None
+        eager_low = run(c, device, low) if low == torch.bfloat16 else None
+        eager_high = _uncast_run(c) if low == torch.float64 else None
     except Exception as e:  # noqa: BLE001
         return "invalid", f"eager raised {type(e).__name__}: {str(e).splitlines()[0][:160]}", []
     try:
@@ -534,7 +544,7 @@ def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
             return "crash", why, decisions
     if len(got["grads"]) != len(want["grads"]):
         return fail, "different number of gradients", decisions
-    if got["out"].dtype != want["out"].dtype and (c.autocast or device == "cpu"):
+    if got["out"].dtype != want["out"].dtype and (c.autocast or low == torch.float64):
         return fail, f"output dtype {got['out'].dtype}, eager gives {want['out'].dtype}", decisions
     pairs = [("out", got["out"], want["out"]), ("lse", got["lse"], want["lse"])]
     pairs += [(f"grad{i}", a, b) for i, (a, b) in enumerate(zip(got["grads"], want["grads"]))]
@@ -544,9 +554,9 @@ def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
     for i, (name, a, b) in enumerate(pairs):
         # captured-tensor gradients (grad3...) are sums over every (q, kv): a per-head bias has a gradient
         # of exactly 0 (softmax rows sum to 1), so they are compared with an absolute floor of 1
-        floor = 1.0 if device == "cpu" or name.startswith("grad") and int(name[4:]) >= 3 else 1e-3
+        floor = 1.0 if low == torch.float64 or name.startswith("grad") and int(name[4:]) >= 3 else 1e-3
         e = _err(a, b, floor)
-        tol = _tolerance(c, device, i, elow, ehigh, b, floor)
+        tol = _tolerance(c, i, elow, ehigh, b, floor)
         if not e <= tol:
             bad.append(f"{name} err {e:.3g} > tol {tol:.3g}")
     if not bad:
@@ -554,12 +564,13 @@ def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
     return fail, "; ".join(bad), decisions
 
 
-def _tolerance(c: Case, device: str, i: int, elow: Optional[list], ehigh: Optional[list], want: torch.Tensor,
+def _tolerance(c: Case, i: int, elow: Optional[list], ehigh: Optional[list], want: torch.Tensor,
                floor: float) -> float:
-    """The relative tolerance of the ``i``-th compared tensor (out, lse, then the gradients)."""
+    """The relative tolerance of the ``i``-th compared tensor (out, lse, then the gradients); ``elow``: eager in
+    bfloat16 (CUDA, or the CPU in bfloat16), ``ehigh``: eager with the mods' float32 casts kept in float64."""
     if c.autocast:
         return 2e-2
-    if device == "cuda":
+    if elow is not None:
         base = _err(elow[i], want) if elow is not None and i < len(elow) else 0.0
         return max(3 * (base if math.isfinite(base) else 0.0), 1e-2)
     if _casts(c):
@@ -667,7 +678,8 @@ def _nonfinite(res: dict) -> bool:
 def reproducer(c: Case, device: str) -> str:
     """A standalone script that reruns the case and prints each tensor's error."""
     target = "auto" if device == "cuda" else "reference"
-    dt = "torch.bfloat16" if device == "cuda" else "torch.float64"
+    low, ref = _dtypes(c, device)
+    dt, ref_dt = f"torch.{str(low).split('.')[-1]}", f"torch.{str(ref).split('.')[-1]}"
     body = f"""\
     # te_compile fuzz case: {c.describe()}
     import torch
@@ -681,7 +693,7 @@ def reproducer(c: Case, device: str) -> str:
     {textwrap.indent(c.score or 'None', '    # ').strip()}
     # mask_mod:
     {textwrap.indent(c.mask or 'None', '    # ').strip()}
-    want = fuzz.run(case, {device!r}, {'torch.float32' if device == 'cuda' else 'torch.float64'})
+    want = fuzz.run(case, {device!r}, {ref_dt})
     got = fuzz.run(case, {device!r}, {dt}, compiled_with=te_compile.backend(inner="aot_eager", target={target!r}, serve="always"))
     for name, a, b in [("out", got["out"], want["out"]), ("lse", got["lse"], want["lse"])] + \\
             [(f"grad{{i}}", x, y) for i, (x, y) in enumerate(zip(got["grads"], want["grads"]))]:
@@ -816,8 +828,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--emit", action="append", default=[],
                    help="NAME=value: a cuDNN emission option (te_compile.cudnn.lowering.EmitOptions) for this "
                         "run, e.g. kv_guard=0 or const_mode=scalar")
+    p.add_argument("--cpu-dtype", default="float64", choices=("float64", "bfloat16"),
+                   help="the CPU run's dtype: float64 (exact) or bfloat16 (against eager float32, the CUDA tolerance)")
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
+    global CPU_LOW
+    CPU_LOW = getattr(torch, a.cpu_dtype)
     if not 0 <= a.cases <= MAX_CASES:
         p.error(f"--cases must be between 0 and {MAX_CASES}")
     _emit_options(a.emit)
@@ -930,7 +946,8 @@ def _count_lines(path: str) -> int:
 def _start_worker(a: argparse.Namespace, i: int, resume: int, path: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--device", a.device, "--cases", str(a.cases),
            "--seed", str(a.seed), "--shard", f"{i}/{a.jobs}", "--resume", str(resume), "--sink", path] \
-        + (["--no-peers"] if a.no_peers else []) + [x for p in a.emit for x in ("--emit", p)]
+        + (["--no-peers"] if a.no_peers else []) + [x for p in a.emit for x in ("--emit", p)] \
+        + ["--cpu-dtype", a.cpu_dtype]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     log = open(f"{path}.{resume}.out", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=None, text=True, env=env)
