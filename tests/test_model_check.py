@@ -121,3 +121,33 @@ def test_isolated_compiles_keep_their_own_entries():
     isolated_compile(model, backend("b"))(x)
     torch.compile(model, backend=backend("user"))(x)
     assert calls == ["a", "b", "user"]
+
+
+@pytest.mark.parametrize("slower", [True, False])
+def test_tune_times_the_model_after_a_served_graph_and_reports_the_new_decisions(slower, monkeypatch):
+    """te_compile.tune hands the graphs its run served (the graph check's log) to the model check, and when the
+    model is slower served it reports the decisions again (now read from the cache)."""
+    import sys
+
+    import te_compile
+    from te_compile.report import Report
+    explain_mod = sys.modules["te_compile.explain"]  # te_compile.explain is also the function
+    from te_compile.tuning.timing import Measurement
+    calls, seen = [], []
+
+    def fake_explain(fn, *args, **kwargs):
+        calls.append(kwargs.get("serve"))
+        if len(calls) == 1:  # the measuring compile: one graph checked and served, one checked and kept
+            graph_check.checked_log.extend([{"key": "a", "served": True}, {"key": "b", "served": False}])
+        return Report([])
+
+    def fake_check(fn, args, kwargs, mode, served, echo=None):
+        seen.append([g["key"] for g in served])
+        return Measurement(1.2, 1.0, 0.0, 7, 0.0, (0.8,) * 7) if slower else Measurement(1.0, 1.1, 0.0, 7, 0.0, (1.1,) * 7)
+    monkeypatch.setattr(explain_mod, "explain", fake_explain)
+    monkeypatch.setattr(model_check, "check", fake_check)
+    lines = []
+    te_compile.tune(Model(), torch.randn(1, 2, 8, 16), echo=lines.append)
+    assert seen == [["a"]]
+    assert len(calls) == (2 if slower else 1)
+    assert "the whole model timed" in lines[-1]
