@@ -342,6 +342,39 @@ def _affine(e: Expr) -> Optional[tuple[Expr, Expr]]:
 
 # --------------------------------------------------------------------------- additive split
 
+#: functions that are NaN below 0
+_NAN_BELOW_0 = {"log", "log2", "sqrt", "rsqrt"}
+
+
+def nonneg(e: Expr) -> bool:
+    """Is ``e`` >= 0 (or NaN-free and never negative) wherever its leaves are finite? A conservative test."""
+    if e.op == "const":
+        return not isinstance(e.value, bool) and e.value is not None and float(e.value) >= 0
+    if e.op in ("abs", "exp", "exp2", "sigmoid", "q_idx", "kv_idx", "b", "h"):
+        return True
+    if e.op in ("add", "mul", "min"):
+        return all(nonneg(a) for a in e.args)
+    if e.op == "max":
+        return any(nonneg(a) for a in e.args)
+    return False
+
+
+def may_be_nan(e: Expr) -> bool:
+    """Can ``e`` be NaN where the score and every other leaf are finite (log / sqrt of a value that may be
+    negative, a fractional power of one, a division or remainder by a value that reads the score)? Conservative:
+    True when not shown otherwise for those ops."""
+    if e.op in _NAN_BELOW_0 and not nonneg(e.args[0]):
+        return True
+    if e.op == "pow":
+        exp_ = e.args[1]
+        integral = exp_.op == "const" and float(exp_.value) == int(float(exp_.value))
+        if not integral and not nonneg(e.args[0]):
+            return True
+    if e.op in ("div", "rem", "floordiv") and "score" in e.args[1].leaves():
+        return True
+    return any(may_be_nan(a) for a in e.args)
+
+
 def buffers_used(e: Expr) -> set[int]:
     """Indices i of the captured tensors ``(buf i)`` that ``e`` reads."""
     if e.op == "buf":

@@ -379,3 +379,14 @@ def test_flex_call_is_read_by_name_on_both_block_mask_layouts():
     assert site.flex.q is site.q and site.flex.block_mask.q_block == 128
     assert site.score_mod is getattr(site.node.graph.owning_module, site.flex.score_mod.target)
     assert site.mask_mod is getattr(site.node.graph.owning_module, site.flex.block_mask.mask_mod.target)
+
+
+@pytest.mark.parametrize("score,nan", [
+    ("(log (div score -4.0))", True), ("(sqrt score)", True), ("(pow score 0.5)", True), ("(div 1.0 score)", True),
+    ("(log (add (abs score) 1.0))", False), ("(sqrt (add (abs score) 0.5))", False), ("(pow score 2)", False),
+    ("(mul (tanh (div score 30.0)) 30.0)", False), ("(add score (mul kv_idx 0.1))", False),
+])
+def test_which_score_mods_may_be_nan_at_finite_scores(score, nan):
+    """A score_mod that may be NaN is kept under a gathering mask_mod (its -inf bias does not hide a NaN)."""
+    from te_compile import ir
+    assert ir.may_be_nan(ir.parse(score)) is nan

@@ -145,6 +145,12 @@ def split_terms(mods: _Mods, score: ir.Expr, q, k) -> _Terms:
     target makes the same decisions, so CPU runs exercise the routes (bias, materialized mask) the GPU
     takes."""
     mask, mask_gather, mask_why = _gathering_mask(mods, q, k)
+    if mask_gather is not None and ir.may_be_nan(score):
+        # flex masks with where(mask, score_mod(s), -inf); the materialized mask is a -inf bias added after the
+        # score_mod, and NaN + -inf is NaN (CPU fuzzer: log(score / -4) under a document mask, out inf)
+        raise Keep("the mask_mod gathers, so it is added as a -inf bias after the score_mod, and the score_mod can be "
+                   "NaN (log / sqrt of a value that may be negative, a division by the score) where flex's mask "
+                   "would hide it", NOT_EXACT)
     try:
         if mods.learned & ir.buffers_used(score):
             raise ir.NotPointwise("reads a captured tensor that requires grad")
