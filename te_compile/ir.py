@@ -310,6 +310,11 @@ def linear_in_score(e: Expr) -> Optional[tuple[float, Expr]]:
 _EXACT_FLOAT_CASTS = ("float32", "float64")
 
 
+def affine_in_score(e: Expr) -> bool:
+    """Is ``e == a * score + g`` by structure, with a and g free of score (a may be 0 or 1)?"""
+    return _affine(e) is not None
+
+
 def _affine(e: Expr) -> Optional[tuple[Expr, Expr]]:
     """(a, g) with ``e == a * score + g`` and a, g free of score, read off the structure, or None."""
     if "score" not in e.leaves():

@@ -515,6 +515,30 @@ def lowering_expr(score):
     return ir.parse(score)
 
 
+@pytest.mark.parametrize("score,grad,kept", [
+    ("(exp (div (pow (abs (mul score 2)) 2.25) 8.0))", True, True),  # the GPU fuzzer's case: grads 30% off
+    ("(exp (mul score score))", True, True),  # grads off by 1e21 on cuDNN 9.19
+    ("(tanh (exp (mul score score)))", True, True),  # passed on the GPU, kept by the rule all the same
+    ("(exp (mul score score))", False, False),  # the forward passed
+    ("(exp (mul score 4.0))", True, False),  # affine inside: passed
+    ("(exp (add (mul score 0.5) (buf 0)))", True, False),
+    ("(pow (mul score 2) 4)", True, False),  # no exp: passed
+    ("(mul score (exp (buf 0)))", True, False),  # exp of a captured tensor
+])
+def test_a_super_exponential_score_mod_is_kept_in_training(score, grad, kept):
+    from te_compile.cudnn.check import super_exponential
+    from te_compile.reasons import NOT_EXACT
+    q = torch.empty(2, 4, 200, 64, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(2, 4, 200, 64, device="meta", dtype=torch.bfloat16)
+    spec = AttentionSpec(impl="cudnn", score=score, mask_mod="(le (sub q_idx kv_idx) 10)", source="flex")
+    why = check(q, k, k, None, spec, grad, False)
+    if kept:
+        assert why is not None and why.category == NOT_EXACT and "not affine" in why
+    else:
+        assert why is None or "not affine" not in why
+    assert (super_exponential(lowering_expr(score)) is not None) is (kept or not grad and score == "(exp (mul score score))")
+
+
 @pytest.mark.parametrize("S,score,grad,kept", [
     (64, "(add (mul (add (mul kv_idx kv_idx) q_idx) 0.1) score)", True, True),  # the GPU fuzzer's case: dQ inf
     (64, "(add (mul (add (mul kv_idx kv_idx) q_idx) 0.1) score)", False, False),  # the forward passed

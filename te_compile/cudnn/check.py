@@ -64,6 +64,31 @@ def singular_of_remainder(score: Optional[ir.Expr]) -> Optional[str]:
     return walk(score)
 
 
+def super_exponential(score: Optional[ir.Expr]) -> Optional[str]:
+    """Why a score_mod that applies exp to a function of the score that is not affine in it is not served with
+    grads, or None. Such a score_mod grows faster than any exponential, so the softmax is one-hot on its largest
+    entries and the backward's ``P * (dP - delta)`` rests on an exact cancellation that eager autograd gets (one-hot
+    P) and cuDNN, whose ``delta`` comes from a separate reduction, does not; times the score_mod's derivative, the
+    rounding left over is the gradient: ``exp(|2 score| ** 2.25 / 8)`` gave dQ, dK, dV 30% off and
+    ``exp(score * score)`` off by 1e21 where plain torch.compile matched eager (GPU fuzzer,
+    bench/probes/diag_steep.py, cuDNN 9.19); ``exp(4 * score)``, ``(2 score) ** 4``, ``exp(score * score / 4)``
+    passed. The forward is right."""
+    if score is None:
+        return None
+
+    def walk(e: ir.Expr) -> Optional[str]:
+        if e.op in ("exp", "exp2") and "score" in e.args[0].leaves() and not ir.affine_in_score(e.args[0]):
+            return (f"the score_mod applies {e.op} to a function of the score that is not affine in it: the softmax "
+                    "turns one-hot and cuDNN's backward leaves rounding where eager cancels exactly, times a "
+                    "derivative that large")
+        for a in e.args:
+            why = walk(a)
+            if why:
+                return why
+        return None
+    return walk(score)
+
+
 #: at most this many keys, a score_mod with index terms is not served with grads (``_short_keys``)
 SHORT_KEYS = 64
 
@@ -73,7 +98,8 @@ def _short_keys(lw, k: torch.Tensor, needs_grad: bool) -> Optional[str]:
     ``score + (kv_idx * kv_idx + q_idx) * c`` gave dQ inf at S = 64 (L = 64 and 200) once the index term spans
     40 or more (c = 0.01 to 0.1), with or without GQA, mask and padded-tile guard, and not at S = 32, 96, 127,
     129, 200 nor without grads (GPU fuzzer and bench/probes/diag_wrong.py, cuDNN 9.19); a span of 4 passed.
-    Which sizes below 64 fail is not known, so all are kept."""
+    Below 64 (bench/probes/diag_steep.py, 9.19): dQ and dK wrong at S = 63, right at 16, 33, 40, 48, 56. The
+    cause is not known, so every size up to 64 is kept."""
     S = k.shape[2] if k.dim() == 4 else None
     if not needs_grad or lw.score is None or not isinstance(S, int) or S > SHORT_KEYS:
         return None
@@ -89,7 +115,8 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
     lw = lower(spec)
     if lw.unsupported:
         return Reason(lw.unsupported, NOT_ON_CUDNN)
-    why = singular_of_remainder(lw.score) or _short_keys(lw, k, needs_grad)
+    why = (singular_of_remainder(lw.score) or _short_keys(lw, k, needs_grad)
+           or (super_exponential(lw.score) if needs_grad else None))
     if why:
         return Reason(why, NOT_EXACT)
     why = _broadcast_only_op(lw) if lw.options.keep_broadcast_only else None

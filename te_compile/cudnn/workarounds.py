@@ -65,6 +65,10 @@ WORKAROUNDS: tuple[Workaround, ...] = (
     Workaround("short keys with index terms", "a training call with at most 64 keys and a score_mod that reads q_idx / "
                "kv_idx stays with Inductor", "cudnn.check:SHORT_KEYS", "Found by the differential fuzzer",
                "tests/test_cudnn_decisions.py::test_short_keys_with_index_terms_are_kept_in_training"),
+    Workaround("no super-exponential score_mod in training", "a training call whose score_mod applies exp to a "
+               "function of the score that is not affine in it stays with Inductor", "cudnn.check:super_exponential",
+               "Found by the differential fuzzer",
+               "tests/test_cudnn_decisions.py::test_a_super_exponential_score_mod_is_kept_in_training"),
     Workaround("native band", "causal / sliding-window mask_mods without a score_mod run as cuDNN's diagonal band",
                "cudnn.lowering:diagonal_bounds", "Tile skipping with a score_mod",
                "tests/test_cudnn_decisions.py::test_native_band_recognition"),
