@@ -122,6 +122,12 @@ def cases(cuda: bool) -> dict[str, Case]:
                                         D=64 if cuda else d, DV=64 if cuda else d, return_lse=True, lse_loss=True,
                                         mask=_mask("(q_idx - kv_idx <= 10)"),
                                         score=_score("torch.exp((torch.abs((score * 2)) ** 1.5 ** 2) / 8.0)")),
+        # 20. a derivative that is infinite at a finite score (sqrt of |score|): the gradient swings with the last
+        # bits of the recomputed score (GPU fuzzer, seed 15003, cuDNN 9.27: dQ, dK 25x off); kept in training
+        "singular_derivative": Case(seed=15003000015, B=2, H=2, HKV=2, L=n if not cuda else 255, S=m,
+                                    D=128 if cuda else d, DV=64 if cuda else d, block=64, return_lse=True,
+                                    scale=-0.3, captured=[_table("T0", ("L",)), _table("T1", ("B",), "randint:0:8", "int64")],
+                                    mask=_mask("(kv_idx >= T1[b])"), score=_score("(torch.abs(score) ** 0.5 + T0[q_idx])")),
     }
     if not cuda:  # exact on the reference target only: a step of exp2 at an integer (bf16 moves it on cuDNN)
         # exp2 translated as exp(x ln 2) put remainder(exp2(4), 1) at 0.99999 instead of 0

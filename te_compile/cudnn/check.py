@@ -89,6 +89,54 @@ def super_exponential(score: Optional[ir.Expr]) -> Optional[str]:
     return walk(score)
 
 
+def _lower_bound(e: ir.Expr) -> Optional[float]:
+    """A lower bound of ``e`` wherever its leaves are finite, read off the structure, or None."""
+    if e.op == "const":
+        return None if isinstance(e.value, bool) or e.value is None else float(e.value)
+    if e.op in ("abs", "exp", "exp2", "sigmoid"):
+        return 0.0
+    if e.op == "tanh":
+        return -1.0
+    if e.op == "max":
+        known = [b for b in map(_lower_bound, e.args) if b is not None]
+        return max(known) if known else None
+    if e.op == "add":
+        a, b = map(_lower_bound, e.args)
+        return None if a is None or b is None else a + b
+    return 0.0 if ir.nonneg(e) else None
+
+
+def _away_from_0(e: ir.Expr) -> bool:
+    """Is ``e`` bounded away from 0 by structure (``|x| + 0.5``, ``tanh(x) + 2``, ``max(x, 0) + 1``)?"""
+    b = _lower_bound(e)
+    return b is not None and b > 0
+
+
+def singular_derivative(score: Optional[ir.Expr]) -> Optional[str]:
+    """Why a score_mod with a derivative that is infinite at a finite score is not served with grads, or None:
+    log, sqrt, rsqrt, 1/x or x**p (p < 1) of a function of the score that is not kept away from 0 by a constant.
+    Next to that point the gradient swings by orders of magnitude with the last bits of the score, which cuDNN
+    recomputes in the backward in another order than eager's forward: ``abs(score) ** 0.5 + T0[q_idx]`` gave dQ
+    and dK 25x off (GPU fuzzer, seed 15003, cuDNN 9.27; the CPU reference in bf16 gives inf). ``sqrt(|score| +
+    0.5)`` is served."""
+    if score is None:
+        return None
+
+    def walk(e: ir.Expr) -> Optional[str]:
+        arg = e.args[1] if e.op == "div" and len(e.args) == 2 else (e.args[0] if e.args else None)
+        singular = (e.op in _SINGULAR_AT_0 or e.op == "div"
+                    or (e.op == "pow" and e.args[1].op == "const" and float(e.args[1].value) < 1))
+        if singular and arg is not None and "score" in arg.leaves() and not _away_from_0(arg):
+            return (f"the score_mod applies {e.op} to a function of the score that may reach 0, where its derivative "
+                    "is infinite: cuDNN's recomputed scores move that gradient by orders of magnitude")
+        for a in e.args:
+            why = walk(a)
+            if why:
+                return why
+        return None
+    return walk(score)
+
+
 #: at most this many keys, a score_mod with index terms is not served with grads (``_short_keys``)
 SHORT_KEYS = 64
 
@@ -116,7 +164,7 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
     if lw.unsupported:
         return Reason(lw.unsupported, NOT_ON_CUDNN)
     why = (singular_of_remainder(lw.score) or _short_keys(lw, k, needs_grad)
-           or (super_exponential(lw.score) if needs_grad else None))
+           or (super_exponential(lw.score) or singular_derivative(lw.score) if needs_grad else None))
     if why:
         return Reason(why, NOT_EXACT)
     why = _broadcast_only_op(lw) if lw.options.keep_broadcast_only else None

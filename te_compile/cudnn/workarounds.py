@@ -69,6 +69,10 @@ WORKAROUNDS: tuple[Workaround, ...] = (
                "function of the score that is not affine in it stays with Inductor", "cudnn.check:super_exponential",
                "Found by the differential fuzzer",
                "tests/test_cudnn_decisions.py::test_a_super_exponential_score_mod_is_kept_in_training"),
+    Workaround("no singular derivative in training", "a training call whose score_mod applies log / sqrt / rsqrt / 1/x "
+               "/ x**p (p < 1) to a function of the score that may reach 0 stays with Inductor",
+               "cudnn.check:singular_derivative", "Found by the differential fuzzer",
+               "tests/test_cudnn_decisions.py::test_a_derivative_singular_at_a_finite_score_is_kept_in_training"),
     Workaround("native band", "causal / sliding-window mask_mods without a score_mod run as cuDNN's diagonal band",
                "cudnn.lowering:diagonal_bounds", "Tile skipping with a score_mod",
                "tests/test_cudnn_decisions.py::test_native_band_recognition"),
