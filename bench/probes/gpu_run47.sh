@@ -20,7 +20,8 @@ mkdir -p /tmp/fz47 && (cd /tmp/fz47 && timeout $T python3 -m te_compile.testing.
 wait
 grep -av "nanobind\|leaked" /tmp/fc.txt > $OUT/fuzz_classes.txt; grep -aE "passed|failed|rc=|^FAILED" $OUT/fuzz_classes.txt | tail -5
 cd /tmp/fz47 && tar czf $OUT/fuzz.tgz . 2>/dev/null
-cat /tmp/fz47/f.jsonl /tmp/fz47/fuzz-shards-*/*.jsonl 2>/dev/null | python3 -c "
+f=/tmp/fz47/f.jsonl; [ -s $f ] || f="/tmp/fz47/fuzz-shards-*/*.jsonl"
+cat $f 2>/dev/null | python3 -c "
 import sys, json, collections
 c = collections.Counter()
 for line in sys.stdin:
