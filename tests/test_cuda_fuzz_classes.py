@@ -28,6 +28,11 @@ SERVED = {"lse_in_the_loss", "lse_in_the_loss_causal", "step_not_folded", "negat
 # float32); the op's Autocast kernel casts like eager (CPU test), serving them on cuDNN is not measured yet
 
 
+#: kept by te_compile, and plain torch.compile is off eager too (its flex backward recomputes the scores as well):
+#: the case checks that te_compile keeps the site, not torch.compile's answer
+KEPT_OFF_EAGER = {"singular_derivative"}
+
+
 @pytest.fixture(scope="module")
 def backend():
     return fuzz._prepare("cuda")
@@ -36,7 +41,7 @@ def backend():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fuzz_class_on_cudnn(name, backend):
     outcome, detail, decisions = fuzz.compare(CASES[name], "cuda", backend)
-    want = ("pass",) if name in SERVED else ("pass", "kept")
+    want = ("pass",) if name in SERVED else ("kept_mismatch", "kept") if name in KEPT_OFF_EAGER else ("pass", "kept")
     assert outcome in want, f"{name}: {outcome}: {detail}; {[d.reason for d in decisions if not d.rewrite]}"
 
 
