@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -35,33 +35,43 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 _SINGULAR_AT_0 = {"log", "log2", "sqrt", "rsqrt"}
 
 
+def _first(e: ir.Expr, at: Callable[[ir.Expr], Optional[str]]) -> Optional[str]:
+    """The first non-None ``at(node)`` over ``e``'s nodes, outermost first."""
+    why = at(e)
+    for a in e.args:
+        if why:
+            break
+        why = _first(a, at)
+    return why
+
+
+def _singular_arg(e: ir.Expr) -> Optional[ir.Expr]:
+    """The operand at whose 0 ``e`` has an infinite value or derivative (log, sqrt, rsqrt, a denominator, x ** p with
+    p < 1), or None."""
+    if e.op == "div" and len(e.args) == 2:
+        return e.args[1]
+    if e.op in _SINGULAR_AT_0 or (e.op == "pow" and e.args[1].op == "const" and float(e.args[1].value) < 1):
+        return e.args[0]
+    return None
+
+
+def _has_float_step(e: ir.Expr) -> bool:
+    return (e.op in ("rem", "floordiv") and "score" in e.leaves()) or any(_has_float_step(a) for a in e.args)
+
+
 def singular_of_remainder(score: Optional[ir.Expr]) -> Optional[str]:
     """Why a score_mod that applies a function singular at 0 to a remainder (or floor division) of a float that
     reads the score is not served, or None. cuDNN's float remainder is ``x - floor(x / c) * c`` with an inexact
     division, so next to multiples of ``c`` it lands on the other side of the step from torch's (0 instead of
     ``c``); after a singular function that is an infinite gradient: ``log(remainder(score + 2, 3))`` gave dQ and dK
     inf at L = 255 and 256, S = 128 (GPU fuzzer, cuDNN 9.19 and 9.27), where eager's are finite."""
-    if score is None:
-        return None
-
-    def has_float_step(e: ir.Expr) -> bool:
-        if e.op in ("rem", "floordiv") and "score" in e.leaves():
-            return True
-        return any(has_float_step(a) for a in e.args)
-
-    def walk(e: ir.Expr) -> Optional[str]:
-        singular = (e.op in _SINGULAR_AT_0 or (e.op == "div" and len(e.args) == 2 and has_float_step(e.args[1]))
-                    or (e.op == "pow" and e.args[1].op == "const" and float(e.args[1].value) < 1))
-        if singular and has_float_step(e.args[1] if e.op == "div" else e.args[0]):
-            return (f"the score_mod applies {e.op} to a remainder of the score: cuDNN's float remainder differs "
-                    "from torch's next to multiples of the divisor, and the function turns that into infinite "
-                    "gradients")
-        for a in e.args:
-            why = walk(a)
-            if why:
-                return why
-        return None
-    return walk(score)
+    def at(e: ir.Expr) -> Optional[str]:
+        arg = _singular_arg(e)
+        if arg is None or not _has_float_step(arg):
+            return None
+        return (f"the score_mod applies {e.op} to a remainder of the score: cuDNN's float remainder differs "
+                "from torch's next to multiples of the divisor, and the function turns that into infinite gradients")
+    return None if score is None else _first(score, at)
 
 
 def super_exponential(score: Optional[ir.Expr]) -> Optional[str]:
@@ -73,20 +83,13 @@ def super_exponential(score: Optional[ir.Expr]) -> Optional[str]:
     ``exp(score * score)`` off by 1e21 where plain torch.compile matched eager (GPU fuzzer,
     bench/probes/diag_steep.py, cuDNN 9.19); ``exp(4 * score)``, ``(2 score) ** 4``, ``exp(score * score / 4)``
     passed. The forward is right."""
-    if score is None:
-        return None
-
-    def walk(e: ir.Expr) -> Optional[str]:
-        if e.op in ("exp", "exp2") and "score" in e.args[0].leaves() and not ir.affine_in_score(e.args[0]):
-            return (f"the score_mod applies {e.op} to a function of the score that is not affine in it: the softmax "
-                    "turns one-hot and cuDNN's backward leaves rounding where eager cancels exactly, times a "
-                    "derivative that large")
-        for a in e.args:
-            why = walk(a)
-            if why:
-                return why
-        return None
-    return walk(score)
+    def at(e: ir.Expr) -> Optional[str]:
+        if e.op not in ("exp", "exp2") or "score" not in e.args[0].leaves() or ir.affine_in_score(e.args[0]):
+            return None
+        return (f"the score_mod applies {e.op} to a function of the score that is not affine in it: the softmax "
+                "turns one-hot and cuDNN's backward leaves rounding where eager cancels exactly, times a derivative "
+                "that large")
+    return None if score is None else _first(score, at)
 
 
 def _lower_bound(e: ir.Expr) -> Optional[float]:
@@ -119,22 +122,13 @@ def singular_derivative(score: Optional[ir.Expr]) -> Optional[str]:
     recomputes in the backward in another order than eager's forward: ``abs(score) ** 0.5 + T0[q_idx]`` gave dQ
     and dK 25x off (GPU fuzzer, seed 15003, cuDNN 9.27; the CPU reference in bf16 gives inf). ``sqrt(|score| +
     0.5)`` is served."""
-    if score is None:
-        return None
-
-    def walk(e: ir.Expr) -> Optional[str]:
-        arg = e.args[1] if e.op == "div" and len(e.args) == 2 else (e.args[0] if e.args else None)
-        singular = (e.op in _SINGULAR_AT_0 or e.op == "div"
-                    or (e.op == "pow" and e.args[1].op == "const" and float(e.args[1].value) < 1))
-        if singular and arg is not None and "score" in arg.leaves() and not _away_from_0(arg):
-            return (f"the score_mod applies {e.op} to a function of the score that may reach 0, where its derivative "
-                    "is infinite: cuDNN's recomputed scores move that gradient by orders of magnitude")
-        for a in e.args:
-            why = walk(a)
-            if why:
-                return why
-        return None
-    return walk(score)
+    def at(e: ir.Expr) -> Optional[str]:
+        arg = _singular_arg(e)
+        if arg is None or "score" not in arg.leaves() or _away_from_0(arg):
+            return None
+        return (f"the score_mod applies {e.op} to a function of the score that may reach 0, where its derivative is "
+                "infinite: cuDNN's recomputed scores move that gradient by orders of magnitude")
+    return None if score is None else _first(score, at)
 
 
 #: at most this many keys, a score_mod with index terms is not served with grads (``_short_keys``)
