@@ -42,9 +42,9 @@ def bh_input(q: Tensor, term: str, *bufs: Tensor) -> Tensor:
     return r.contiguous()
 
 
-def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor) -> tuple[Tensor, Tensor]:
+def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor, float32: bool = False) -> tuple[Tensor, Tensor]:
     """An additive score_mod term that gathers from captured tensors (``table[h, q_idx - kv_idx]``)
-    as a [B|1, H|1, L, S] bias in q's dtype, computed by ordinary torch ops in the graph, so
+    as a [B|1, H|1, L, S] bias in q's dtype (float32 with ``float32``), computed by ordinary torch ops in the graph, so
     autograd carries dBias back to the table through the gather; and the shift [B|1, H|1, L] to add
     to the attention's lse.
 
@@ -56,7 +56,11 @@ def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor) -> tuple[Te
     of 2 (GPU fuzzer: out 27% off). Each row's largest finite value is subtracted first (the softmax does
     not change; the lse comes back by the shift), so the entries near the row's top, the ones with weight,
     are small and exact to bf16's relative precision; the shift is not differentiated (d lse / d bias is
-    the same softmax either way)."""
+    the same softmax either way).
+
+    ``float32`` (the flex rewrite sets it when the table is learned): the bias stays in float32 (or q's wider dtype). Rounded to
+    bf16, a learned table's gradient drifted past tolerance (GPU fuzzer; dBias and dQ 3-8x further from
+    float64 than with a float32 bias, docs/cudnn-notes.md); cuDNN reads a float32 bias next to bf16 q / k / v."""
     # half-precision tables are read in float32: the gather's backward then sums each table entry's
     # dBias in float32 (a T5 bucket collects thousands of positions; a bf16 sum was 10% off)
     wide = [b.float() if b.dtype in (torch.float16, torch.bfloat16) else b for b in bufs]
@@ -70,7 +74,8 @@ def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor) -> tuple[Te
     r = r.expand(r.shape[0] if r.shape[0] == B else 1, r.shape[1] if r.shape[1] == H else 1, L, S)
     top = r.detach().amax(dim=-1, keepdim=True)
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-    return (r - top).to(q.dtype).contiguous(), top.squeeze(-1).float()
+    dtype = torch.promote_types(q.dtype, torch.float32) if float32 else q.dtype
+    return (r - top).to(dtype).contiguous(), top.squeeze(-1).float()
 
 
 def materialize_mask(q: Tensor, k: Tensor, term: str, qb: int, kb: int, kv_num: Optional[Tensor],

@@ -64,3 +64,34 @@ def test_learned_table_training_default_policy(kind):
     for got, ref in ((out, want), (q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad), (table.grad, t64.grad)):
         err = ((got.double() - ref).norm() / ref.norm()).item()
         assert err < 2e-2, err
+
+
+def test_a_learned_float32_table_gets_a_float32_bias_and_its_gradient_on_every_step():
+    """A learned [L, S] float32 table (the GPU fuzzer's near-tolerance class): the bias te_compile hands cuDNN stays
+    in float32, and the table's gradient matches float64 math on the first step and on the next ones (the op's fast
+    path, which once returned dBias in bf16 next to a float32 bias)."""
+    L, S2 = 129, 200
+    g = torch.Generator().manual_seed(0)
+    table0 = torch.randn(L, S2, generator=g) * 2
+    qkv0 = [torch.randn(1, 2, n, 64, generator=g) for n in (L, S2, S2)]
+    dout = torch.randn(1, 2, L, 64, generator=g)
+    table = torch.nn.Parameter(table0.cuda())
+    torch._dynamo.reset()
+    fn = torch.compile(lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: s + table[qi, ki]),
+                       backend=te_compile.backend(serve="always"))
+    t64 = table0.double().cuda().requires_grad_(True)
+    q64, k64, v64 = (t.double().cuda().requires_grad_(True) for t in qkv0)
+    F.scaled_dot_product_attention(q64, k64, v64, attn_mask=t64).backward(dout.double().cuda())
+    for step in range(3):
+        q, k, v = (t.cuda().bfloat16().requires_grad_(True) for t in qkv0)
+        table.grad = None
+        with record_reports() as reports:
+            out = fn(q, k, v)
+        out.backward(dout.cuda().bfloat16())
+        if step == 0:
+            (d,) = [d for r in reports for d in r.decisions]
+            assert d.runs_on == "cudnn" and "float32 = True" in Report(reports).code()
+        assert table.grad.dtype == torch.float32
+        for got, ref in ((q.grad, q64.grad), (table.grad, t64.grad)):
+            err = ((got.double() - ref).abs().max() / ref.abs().max()).item()
+            assert err < 1e-2, (step, err)

@@ -89,6 +89,16 @@ def test_check_accepts_supported_shapes_with_and_without_dbias():
         assert check(q, k, v, bias, spec, True, True) is None
 
 
+def test_check_takes_a_float32_bias_next_to_half_precision_q_and_nothing_else():
+    """A learned table's bias is float32 (inserted.materialize_bias); a float16 bias next to bf16 q is refused
+    with a reason, not handed to cuDNN."""
+    q, k, v = (torch.empty(2, 8, 256, 128, device="meta", dtype=torch.bfloat16) for _ in range(3))
+    wide = torch.empty(1, 8, 256, 256, device="meta", dtype=torch.float32)
+    assert check(q, k, v, wide, AttentionSpec(), True, True) is None
+    why = check(q, k, v, wide.to(torch.float16), AttentionSpec(), True, True)
+    assert why is not None and "torch.float16 bias" in why
+
+
 @pytest.mark.parametrize("mask,band", [
     ("(ge q_idx kv_idx)", (None, 0)),
     ("(le kv_idx q_idx)", (None, 0)),

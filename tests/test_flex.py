@@ -9,6 +9,7 @@ import torch.nn.attention.flex_attention as fa
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 import te_compile
+from te_compile.passes import flex as flex_pass
 
 B, H, L, D = 2, 4, 24, 8
 
@@ -142,6 +143,31 @@ def test_relative_position_table_becomes_a_bias(learned):
         torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-7)
     if learned:
         torch.testing.assert_close(table_grad, table.grad, rtol=1e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("learned", [True, False])
+def test_a_learned_tables_bias_stays_float32(learned):
+    """The gathered bias of a learned table is float32 next to bf16 q (rounded to bf16 it put the table's gradient
+    past tolerance on the GPU); a frozen table's is in q's dtype (half the memory traffic, no gradient to lose)."""
+    table = (torch.randn(H, 2 * L - 1) * 0.5).requires_grad_(learned)
+    fn = lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: s + table[h, q_ - kv + L - 1])  # noqa: E731
+    seen = []
+    real = flex_pass.materialize_bias
+
+    def spy(*a, **kw):
+        bias, shift = real(*a, **kw)
+        seen.append(bias.dtype)
+        return bias, shift
+    flex_pass.materialize_bias = spy
+    try:
+        compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
+        q, k, v = (t.detach().bfloat16().requires_grad_(True) for t in _inputs())
+        out = compiled(q, k, v)
+        out.float().sum().backward()
+    finally:
+        flex_pass.materialize_bias = real
+    assert seen and set(seen) == {torch.float32 if learned else torch.bfloat16}
+    assert (table.grad is not None) == learned and (not learned or table.grad.dtype == torch.float32)
 
 
 def test_a_large_gathered_term_keeps_its_precision_in_bf16():

@@ -190,6 +190,10 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
         b = (1,) * (4 - len(bshape)) + bshape
         b4 = (B if b[0] != 1 else 1, H if b[1] != 1 else 1, L, S)
         bias_meta = (b4, _bias_strides(b4))
+        if bias.dtype != q.dtype:  # a learned table's float32 bias (graphs.bias_meta)
+            if bias.dtype != torch.float32:
+                return Reason(f"a {bias.dtype} bias with {q.dtype} q", NOT_ON_CUDNN)
+            bias_meta += ("float32",)
     return _validate(spec, tuple((s, _strides(s, t)) for s, t in zip(shapes, (q, k, v))), bias_meta,
                      str(q.dtype), needs_grad, need_dbias, _gpu(q))
 

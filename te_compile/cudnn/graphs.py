@@ -294,12 +294,16 @@ def _operand(t: Tensor) -> Tensor:
     return t
 
 
-def _io_type(q: Tensor, *others: Optional[Tensor]) -> Any:
+def _io_type(q: Tensor, bias: Optional[Tensor], *others: Optional[Tensor]) -> Any:
+    """cuDNN's io type for q's dtype; every other operand in it, except a bias, which may be float32 (a learned
+    table's bias: rounded to bf16 it put dBias and dQ 3-8x further from eager's float32 math)."""
     if q.dtype not in IO_TYPES:
         raise Unsupported(f"dtype {q.dtype} (cuDNN SDPA serves float16 and bfloat16)")
     for t in others:
         if t is not None and t.dtype != q.dtype:
             raise Unsupported(f"mixed dtypes {q.dtype} and {t.dtype}")
+    if bias is not None and bias.dtype not in (q.dtype, torch.float32):
+        raise Unsupported(f"a {bias.dtype} bias with {q.dtype} q (served: {q.dtype} or float32)")
     return IO_TYPES[q.dtype]
 
 
@@ -402,8 +406,15 @@ def _meta(t: Optional[Tensor]) -> Optional[Meta]:
     return None if t is None else (tuple(t.shape), tuple(t.stride()))
 
 
+def bias_meta(b4: Optional[Tensor], q: Tensor) -> Optional[Meta]:
+    """The bias's meta, with a third entry "float32" for a float32 bias next to half-precision q."""
+    m = _meta(b4)
+    return m if b4 is None or b4.dtype == q.dtype else (*m, "float32")
+
+
 def _tensor(g: Any, name: str, m: Meta, io: Any, uid: int) -> Any:
-    return g.tensor(name=name, dim=list(m[0]), stride=list(m[1]), data_type=io, uid=uid)
+    dt = _F32 if len(m) > 2 and m[2] == "float32" else io
+    return g.tensor(name=name, dim=list(m[0]), stride=list(m[1]), data_type=dt, uid=uid)
 
 
 def define_forward(g: Any, io: Any, lw: Lowering, q: Meta, k: Meta, v: Meta, b4: Optional[Meta],
@@ -432,6 +443,7 @@ def define_backward(g: Any, io: Any, lw: Lowering, q: Meta, k: Meta, v: Meta, o:
     kw = _sdpa_kwargs(lw, q[0][3], bt, em, backward=True)
     dbt = None
     if need_dbias and b4 is not None:
+        # dBias in the io type even for a float32 bias: cuDNN 9.19 and 9.27 build no plan with a float32 dBias
         dbt = _tensor(g, "dBias", (b4[0], padded_strides(b4[0])), io, _UID.DBIAS)
         kw["dBias"] = dbt
     dq, dk, dv = g.sdpa_backward(name="sdpa_bwd", q=qt, k=kt, v=vt, o=ot, dO=dot, stats=st, **kw)
@@ -587,7 +599,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
     inputs = () if lw.alibi else inputs  # native ALiBi reads no slope input
     q0, k0, v0, inputs0 = q, k, v, tuple(inputs)
     inputs = _input_operands(inputs)
-    io = _io_type(q, k, v, bias)
+    io = _io_type(q, bias, k, v)
     _check_shapes(q, k, v)
     q, k, v = _operand(q), _operand(k), _operand(v)
     B, H, L, _ = q.shape
@@ -595,7 +607,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
     b4 = None if bias is None else _bias4d(bias, B, H, L, S)
     o_shape = (B, H, L, Dv)
     o_stride = like_layout_strides(o_shape, q)
-    metas = (_meta(q), _meta(k), _meta(v), _meta(b4))
+    metas = (_meta(q), _meta(k), _meta(v), bias_meta(b4, q))
     in_metas = tuple(_meta(t) for t in inputs)
     key = ("fwd", q.device, q.dtype, _graph_key(lw), spec.scale_for(q.shape[3]), metas, o_stride, in_metas)
     h = handle(q.device)
@@ -672,14 +684,15 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
             buffers.append(dbias)
         buffers += (list(inputs) if plan.reads_inputs else []) + list(plan.consts)
         plan.built.run(buffers, plan.built.workspace_for(q.device), h)
-        return dq, dk, dv, dbias.contiguous()
+        # a float32 bias (a learned table's) gets its dBias in float32, as the slow path and the op's fake say
+        return dq, dk, dv, (dbias.to(bias.dtype) if plan.need_dbias else dbias).contiguous()
     lw = lower(spec, (q.shape[2], k.shape[2]), heads=q.shape[1])
     if lw.unsupported:
         raise Unsupported(lw.unsupported)
     inputs = () if lw.alibi else inputs  # native ALiBi reads no slope input
     raw_ops = (q, k, v, out, dout, lse, tuple(inputs))
     inputs = _input_operands(inputs)
-    io = _io_type(q, k, v, bias, out, dout)
+    io = _io_type(q, bias, k, v, out, dout)
     _check_shapes(q, k, v)
     grad_strides = (like_layout_strides(q.shape, q), like_layout_strides(k.shape, k), like_layout_strides(v.shape, v))
     q, k, v, out, dout = _operand(q), _operand(k), _operand(v), _operand(out), _operand(dout)
@@ -687,7 +700,7 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
     B, H, L, _ = q.shape
     b4 = None if bias is None else _bias4d(bias, B, H, L, k.shape[2])
     need_dbias = bool(need_dbias and b4 is not None)
-    metas = (_meta(q), _meta(k), _meta(v), _meta(out), _meta(dout), _meta(b4))
+    metas = (_meta(q), _meta(k), _meta(v), _meta(out), _meta(dout), bias_meta(b4, q))
     in_metas = tuple(_meta(t) for t in inputs)
     key = ("bwd", q.device, q.dtype, _graph_key(lw), spec.scale_for(q.shape[3]), metas, need_dbias, grad_strides,
            in_metas)
@@ -708,7 +721,7 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
     built.run(buffers, ws, h)
     unchanged = all(a is b for a, b in zip((q, k, v, out, dout, lse), raw_ops[:6]))
     unchanged = unchanged and all(a is b for a, b in zip(inputs, raw_ops[6])) and _same(bias, b4)
-    if unchanged and (bias is None or (bias.dtype == q.dtype and b4.shape == bias.shape)):
+    if unchanged and (bias is None or b4.shape == bias.shape):
         plan = CallPlan(built, tuple(consts), grad_strides=grad_strides, need_dbias=need_dbias, reads_inputs=not lw.alibi)
         _remember(sig, plan)
     if dbias4 is None:

@@ -197,7 +197,7 @@ def check_bias_term(mods: _Mods, t: _Terms, d: Decision, q, k) -> bool:
                        "tensors only in an additive score_mod term", NEEDS_GRAD)
     need_dbias = t.bias_term is not None and bool(mods.learned & ir.buffers_used(t.bias_term))
     if t.bias_term is not None:
-        why = _bias_too_big(q, k, t.bias_term)
+        why = _bias_too_big(q, k, t.bias_term, itemsize=4 if need_dbias else None)  # learned: float32
         if why:
             raise Keep(why, TOO_LARGE)
     if t.bias_term is not None or t.mask_gather is not None:
@@ -278,13 +278,14 @@ def build_spec(impl: str, scale: float, t: _Terms, blocks: _Blocks, heads: objec
                          alibi_heads=alibi.heads_for(t.score, t.mask, t.inputs, heads) if plain else 0)
 
 
-def _bias_like(t: _Terms, q, k) -> Optional[torch.Tensor]:
-    """A meta tensor shaped like the bias the op will get (for the cuDNN support check)."""
+def _bias_like(t: _Terms, q, k, need_dbias: bool) -> Optional[torch.Tensor]:
+    """A meta tensor shaped like the bias the op will get (for the cuDNN support check): float32 for a
+    learned table (``materialize_bias``)."""
     if t.bias_term is None and t.mask_gather is None:
         return None
     per_batch = t.mask_gather is not None and "b" in t.mask_gather.leaves()
     return torch.empty((q.shape[0] if per_batch else 1, q.shape[1], q.shape[2], k.shape[2]),
-                       dtype=q.dtype, device="meta")
+                       dtype=torch.float32 if need_dbias else q.dtype, device="meta")
 
 
 def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Decision) -> Decision:
@@ -303,7 +304,7 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
     blocks = check_block_mask(site, t, q, k)
     check_dbias(impl, t, need_dbias)
     spec = build_spec(impl, scale, t, blocks, q.shape[1])
-    cudnn_supports(checker, q, k, v, _bias_like(t, q, k), spec, d.grads.any, need_dbias)
+    cudnn_supports(checker, q, k, v, _bias_like(t, q, k, need_dbias), spec, d.grads.any, need_dbias)
     d.plan = FlexPlan(terms=[str(x) for x in t.inputs], buffers=mods.buffers, block_nodes=blocks.nodes,
                       bias_term=None if t.bias_term is None else str(t.bias_term),
                       mask_term=None if t.mask_gather is None else str(t.mask_gather), mask_block=blocks.mask_block)
@@ -334,10 +335,11 @@ def _block_density(nodes, q, k, qb: int, kb: int) -> Optional[float]:
         return None
 
 
-def _bias_too_big(q, k, g: ir.Expr, what: str = "additive score_mod term") -> Optional[str]:
+def _bias_too_big(q, k, g: ir.Expr, what: str = "additive score_mod term", itemsize: Optional[int] = None
+                  ) -> Optional[str]:
     try:
         B = int(q.shape[0]) if "b" in g.leaves() else 1
-        n = B * int(q.shape[1]) * int(q.shape[2]) * int(k.shape[2]) * q.element_size()
+        n = B * int(q.shape[1]) * int(q.shape[2]) * int(k.shape[2]) * (itemsize or q.element_size())
     except (TypeError, ValueError):
         return None  # symbolic sizes: not checked at compile time
     if n > MAX_BIAS_BYTES:
@@ -373,7 +375,8 @@ def apply(gm: GraphModule, d: Decision) -> None:
         made = list(inputs)  # the nodes that carry the site's source line
         bias = shift = None
         if plan.bias_term:  # the bias, each row shifted by its top (materialize_bias says why), and the shifts
-            both = graph.call_function(materialize_bias, (site.q, site.k, plan.bias_term, *plan.buffers))
+            both = graph.call_function(materialize_bias, (site.q, site.k, plan.bias_term, *plan.buffers),
+                                       {"float32": True} if d.grads.bias else {})
             bias = graph.call_function(operator.getitem, (both, 0))
             shift = graph.call_function(operator.getitem, (both, 1))
             made += [both, bias, shift]
