@@ -3,7 +3,8 @@ than with the bias rounded to bf16? (GPU; the cuDNN that is loaded.)
 
 One cuDNN backward (B 2, H 4, D 64, causal) on a float32 table T (randn * 2) as the bias, against float64 math on
 the unrounded T. The lse and O handed to the backward are the float64 ones for both columns, so the bf16 column
-carries the bias's rounding the way te_compile's served site does. Max error relative to the reference's largest
+carries the bias's rounding and, unlike a served site (whose forward used the same rounded bias), an lse that does
+not match it: it overstates what a served site loses (bench/probes/probe_w2.py measures the served case). Max error relative to the reference's largest
 value, for dBias and for dQ.
 
     python3 bench/probes/probe_bias_f32.py
