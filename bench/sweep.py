@@ -135,7 +135,7 @@ def sdpa_variants():
     return {"sdpa none": none, "sdpa causal": causal}
 
 
-def flex_variants(H: int, L: int, kernel_options: dict | None = None):
+def flex_variants(H: int, L: int, kernel_options: dict | None = None, gqa: bool = False):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     W, P = 1024, 512
@@ -153,10 +153,11 @@ def flex_variants(H: int, L: int, kernel_options: dict | None = None):
 
     def mk(score_mod, mask):
         bm = bms[mask] if mask else None
+        extra = {"enable_gqa": True} if gqa else {}
         if kernel_options:
             return lambda q, k, v: flex_attention(q, k, v, score_mod=score_mod, block_mask=bm,
-                                                  kernel_options=kernel_options)
-        return lambda q, k, v: flex_attention(q, k, v, score_mod=score_mod, block_mask=bm)
+                                                  kernel_options=kernel_options, **extra)
+        return lambda q, k, v: flex_attention(q, k, v, score_mod=score_mod, block_mask=bm, **extra)
     return {
         "flex none": mk(None, None), "flex causal": mk(None, "causal"),
         "flex sliding <=": mk(None, "sliding <="), "flex sliding <": mk(None, "sliding <"),
@@ -258,7 +259,8 @@ def _extra(a, fn) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--part", choices=("sdpa", "flex"), default="sdpa")
-    p.add_argument("--shape", default="2,16,4096,128", help="B,H,L,D for --part flex")
+    p.add_argument("--shape", default="2,16,4096,128",
+                   help="B,H,L,D[,Hkv] for --part flex (Hkv < H: grouped-query attention, enable_gqa=True)")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--json", default="")
     p.add_argument("--cases", default="", help="--part flex: only these variants (comma-separated names)")
@@ -302,11 +304,12 @@ def main() -> int:
                     fm = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
                     add(measure_pair(name, fm, args + [m], a.iters, log, others=_extra(a, fm)))
     else:
-        B, H, L, D = (int(x) for x in a.shape.split(","))
-        args = _qkv(B, H, L, D)
-        flash = flex_variants(H, L, {"BACKEND": "FLASH"}) if a.flash else {}
+        B, H, L, D, *kv = (int(x) for x in a.shape.split(","))
+        Hkv = kv[0] if kv else H
+        args = _qkv(B, H, L, D, Hkv)
+        flash = flex_variants(H, L, {"BACKEND": "FLASH"}, Hkv != H) if a.flash else {}
         wanted = [c.strip() for c in a.cases.split(",") if c.strip()]
-        for name, fn in flex_variants(H, L).items():
+        for name, fn in flex_variants(H, L, gqa=Hkv != H).items():
             if wanted and name.removeprefix("flex ") not in wanted:
                 continue
             others = {"FLASH": flash[name]} if name in flash else {}
