@@ -208,14 +208,20 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
             fns.pop(impl, None)
     best: dict = {}
     loops: dict = {}
-    for _ in range(rounds):
-        for impl, f in fns.items():
+    rounds_ms: dict = {}  # every round's median, per implementation: paired per round by _paired
+    order = list(fns.items())
+    for r in range(rounds):
+        # each round starts with the next implementation, so none is always timed first: on host-bound steps the
+        # default column (timed first) and the always column disagreed on the same served graph (benchmarks.md)
+        for impl, f in order[r % len(order):] + order[:r % len(order)]:
             dev, host, loop = step_ms(f, args, iters)
             loops.setdefault(impl, []).append(loop)
+            rounds_ms.setdefault(impl, []).append(dev)
             if impl not in best or dev < best[impl]["ms"]:
                 best[impl] = {"ms": dev, "host_us": host}
     for impl, ls in loops.items():
         best[impl]["loop_ms"] = statistics.median(ls)
+        best[impl]["rounds_ms"] = rounds_ms[impl]
         km = kernel_ms(fns[impl], args)
         if km is not None:
             best[impl]["kernel_ms"] = km
@@ -229,6 +235,7 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
     ctl = row.get("control", {})
     if "ms" in ctl and "ms" in tc:  # the same plain torch.compile twice: the noise floor of the ratio
         row["control_aa"] = [tc["ms"] / ctl["ms"], tc["loop_ms"] / ctl["loop_ms"]]
+    row["paired"] = _paired(row)
     vs = ""
     for n in others or {}:
         if n == "always":
@@ -246,6 +253,23 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
         + (f"  always {alw['ms']:8.3f} ms, default/oracle {row['vs_oracle']:4.2f}x" if "vs_oracle" in row else "")
         + f"  graphs/skips {row.get('graphs')}  {row.get('reason', '')}")
     return row
+
+
+def _paired(row: dict) -> dict:
+    """Ratios from the rounds paired (torch.compile's round over the other's same round, median over rounds):
+    drift between rounds cancels, which the best-round columns do not do on host-bound steps. "vs_oracle":
+    the default policy against the faster of serve="always" and torch.compile, round by round."""
+    r = {k: row[k]["rounds_ms"] for k in ("te_compile", "torch.compile", "always", "control")
+         if "rounds_ms" in row.get(k, {})}
+    out = {}
+    if "torch.compile" in r:
+        for k in ("te_compile", "always", "control"):
+            if k in r:
+                out[k] = statistics.median(t / x for t, x in zip(r["torch.compile"], r[k]))
+        if "te_compile" in r and "always" in r:
+            out["vs_oracle"] = statistics.median(min(a, t) / x for a, t, x in
+                                                 zip(r["always"], r["torch.compile"], r["te_compile"]))
+    return out
 
 
 def _extra(a, fn) -> dict:
@@ -326,6 +350,11 @@ def main() -> int:
     if vo:
         log(f"default policy / oracle: geomean {math.exp(sum(map(math.log, vo)) / len(vo)):.2f}x, min {min(vo):.2f}x "
             f"over {len(vo)} rows; sites measured while tuning: {sum(r.get('tune', {}).get('measured', 0) for r in rows)}")
+    pv = [r["paired"]["vs_oracle"] for r in rows if r.get("paired", {}).get("vs_oracle")]
+    pa = [r["paired"]["control"] for r in rows if r.get("paired", {}).get("control")]
+    if pv:
+        log(f"paired rounds: default policy / oracle geomean {math.exp(sum(map(math.log, pv)) / len(pv)):.2f}x, "
+            f"min {min(pv):.2f}x" + (f"; A/A {min(pa):.2f}-{max(pa):.2f}x" if pa else ""))
     aa = [r["control_aa"] for r in rows if r.get("control_aa")]
     if aa:
         log(f"A/A (torch.compile vs itself): events {min(x[0] for x in aa):.2f}-{max(x[0] for x in aa):.2f}x, "

@@ -1,0 +1,33 @@
+"""bench/sweep.py's paired-round ratios (CPU: the arithmetic only; the sweep itself needs CUDA)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+HERE = os.path.dirname(__file__)
+
+
+def _sweep():
+    spec = importlib.util.spec_from_file_location("bench_sweep", os.path.join(HERE, "..", "bench", "sweep.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_paired_rounds_cancel_drift_that_best_rounds_do_not():
+    # the machine slows down 2x in the second round for everyone: best rounds would compare round 1 of one
+    # implementation with round 1 of another anyway here, but a paired ratio never mixes rounds
+    row = {"te_compile": {"rounds_ms": [1.0, 2.0, 1.1]}, "torch.compile": {"rounds_ms": [1.2, 2.4, 1.21]},
+           "always": {"rounds_ms": [1.0, 2.2, 1.0]}, "control": {"rounds_ms": [1.2, 2.4, 1.3]}}
+    got = _sweep()._paired(row)
+    assert got["te_compile"] == pytest.approx(1.2) and got["control"] == pytest.approx(1.0)
+    assert got["always"] == pytest.approx(1.2)
+    # default vs the faster of always and torch.compile, per round: 1.0/1.0, 2.2/2.0, 1.0/1.1
+    assert got["vs_oracle"] == pytest.approx(1.0)
+
+
+def test_paired_rounds_need_torch_compile_rounds():
+    assert _sweep()._paired({"te_compile": {"rounds_ms": [1.0]}}) == {}
