@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -132,3 +133,50 @@ def test_refit_reads_the_always_column_of_a_tuned_sweep():
     cal, report = refit.fit([{"device": H100, "cudnn": 92700, "rows": [kept]}])
     assert cal.speed_ratio == {"flex native band": pytest.approx(0.80 / 0.64)}
     assert "flex sliding <= [2, 16, 4096, 128, 16]: flex native band: 1.25x (kernel times)" in "\n".join(report)
+
+
+def test_by_tokens_interpolates_in_log_length_and_holds_the_ends():
+    cal = Calibration(H100, 91900, 500.0, cost.BUILTIN.host_ms, {}, "test", "sm90",
+                      {"flex plain": [[1024, 0.5, 1.2], [4096, 1.0, 1.4]],
+                       "flex native band, masked": [[2048, 0.8, 1.3]]})
+    assert cal.at("flex plain", 2048) == pytest.approx((0.75, 1.3))  # halfway in log2
+    assert cal.at("flex plain", 256) == (0.5, 1.2) and cal.at("flex plain", 65536) == (1.0, 1.4)
+    assert cal.at("flex plain", 2048, density=0.5) is None  # masked sites have points of their own
+    assert cal.at("flex native band", 2048, density=0.25) == (0.8, 1.3)
+    assert cal.at("flex native band", 2048) is None and cal.at("flex score_mod", 2048) is None
+    assert Calibration.from_json(json.loads(json.dumps(cal.to_json()))) == cal
+    old = {k: v for k, v in cal.to_json().items() if k != "by_tokens"}  # files from before by_tokens still load
+    assert Calibration.from_json(old).by_tokens == {}
+
+
+def test_step_ms_uses_the_length_fit_for_training_steps_only():
+    base = Calibration(H100, 91900, 500.0, {"te_compile": {"train": 0.0, "infer": 0.0},
+                                            "torch.compile": {"train": 0.0, "infer": 0.0}}, {"flex plain": 1.5})
+    fitted = dataclasses.replace(base, by_tokens={"flex plain": [[4096, 0.5, 2.0]]})
+    shape = (2, 16, 4096, 4096, 128, 128)
+    te, tc = cost.step_ms(base, "flex plain", 1.0, shape, True)
+    te2, tc2 = cost.step_ms(fitted, "flex plain", 1.0, shape, True)
+    assert te2 == pytest.approx(2 * te) and tc2 == pytest.approx(te2 * 2.0) and tc == pytest.approx(te * 1.5)
+    assert cost.step_ms(fitted, "flex plain", 1.0, shape, False) == cost.step_ms(base, "flex plain", 1.0, shape, False)
+
+
+def test_refit_fits_efficiency_and_ratio_per_length_from_kernel_times():
+    flops = 2.0 * 2 * 16 * 4096 * 4096 * 256 * (1 + cost.BWD_FLOPS)
+    full = flops / 500e9  # te_compile's kernel ms at 500 TFLOP/s
+    rows = [_row("flex none", full, 1.3 * full, te=full, tc=1.3 * full),
+            _row("flex causal", 1.0, 1.5, te=full / 2 / 0.8, tc=1.4 * full / 2 / 0.8),  # 80% efficient, 1.4x
+            {**_row("flex causal", 1.0, 1.5, te=1.0, tc=1.0), "shape": [1, 16, 8192, 128, 16]},
+            _row("flex softcap", 2.0, 4.0)]  # no kernel times: no point
+    cal, _ = refit.fit([{"device": H100, "cudnn": 91900, "rows": rows}])
+    assert cal.te_tflops == pytest.approx(500.0)
+    assert cal.by_tokens["flex plain"] == [[4096, pytest.approx(1.0), pytest.approx(1.3)]]
+    band = cal.by_tokens["flex native band, masked"]
+    assert band[0] == [4096, pytest.approx(0.8, abs=1e-4), pytest.approx(1.4, abs=1e-4)] and band[1][0] == 8192
+    assert "flex score_mod" not in cal.by_tokens and "flex score_mod, masked" not in cal.by_tokens
+
+
+def test_the_shipped_h100_refit_decides_on_an_h100_at_its_version_and_the_next():
+    shipped = calibration.load()
+    for version in (91900, 92700):
+        got, how = calibration.choose(shipped, H100, version, cost.BUILTIN, "sm90")
+        assert got.gpu == H100 and got.cudnn == 91900 and got.by_tokens

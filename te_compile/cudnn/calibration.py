@@ -18,6 +18,7 @@ import functools
 import glob
 import json
 import logging
+import math
 import os
 from typing import Optional
 
@@ -42,9 +43,31 @@ class Calibration:
     source: str = ""
     #: the GPU's architecture, "sm90" ("" when not recorded)
     arch: str = ""
+    #: by site class (``by_tokens_key``: sites computing part of the score matrix apart from those computing all of
+    #: it), points [tokens, efficiency, ratio] measured at that sequence length: efficiency = te_compile's kernel
+    #: time estimated from its FLOPs (computed share of the score matrix included) at ``te_tflops`` over the
+    #: measured one, ratio = torch.compile's kernel time / te_compile's. Between points both follow log2(tokens)
+    #: linearly; outside them, the nearest point's. A class without points: efficiency 1, ``speed_ratio``.
+    by_tokens: dict = dataclasses.field(default_factory=dict)
 
     def label(self) -> str:
         return f"{self.gpu}, cuDNN {describe(self.cudnn)}"
+
+    def at(self, cls: str, tokens: int, density: float = 1.0) -> Optional[tuple[float, float]]:
+        """(efficiency, ratio) of a ``cls`` site computing ``density`` of its score matrix at ``tokens`` queries,
+        from ``by_tokens``; None where it has no points for it."""
+        pts = sorted(self.by_tokens.get(by_tokens_key(cls, density)) or [])
+        if not pts:
+            return None
+        x = math.log2(max(tokens, 1))
+        xs = [math.log2(p[0]) for p in pts]
+        if x <= xs[0]:
+            return float(pts[0][1]), float(pts[0][2])
+        if x >= xs[-1]:
+            return float(pts[-1][1]), float(pts[-1][2])
+        i = next(i for i in range(1, len(xs)) if x <= xs[i])
+        w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+        return tuple(float(pts[i - 1][j] + w * (pts[i][j] - pts[i - 1][j])) for j in (1, 2))  # type: ignore[return-value]
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -54,7 +77,14 @@ class Calibration:
         return Calibration(str(d["gpu"]), int(d["cudnn"]), float(d["te_tflops"]),
                            {k: {m: float(x) for m, x in v.items()} for k, v in d["host_ms"].items()},
                            {k: float(x) for k, x in d["speed_ratio"].items()}, str(d.get("source", "")),
-                           str(d.get("arch", "")))
+                           str(d.get("arch", "")),
+                           {k: [[int(t), float(e), float(r)] for t, e, r in v] for k, v in d.get("by_tokens", {}).items()})
+
+
+def by_tokens_key(cls: str, density: float) -> str:
+    """The ``Calibration.by_tokens`` key of a site class computing ``density`` of its score matrix: masked sites
+    (causal, windows) and full ones run at different efficiencies and ratios in one class."""
+    return cls if density >= 1.0 else f"{cls}, masked"
 
 
 def _files() -> list[str]:
@@ -114,4 +144,4 @@ def current(base: Calibration) -> tuple[Calibration, str]:
     return choose(list(_loaded(tuple(_files()))), gpu, running(), base, arch)
 
 
-__all__ = ["Calibration", "load", "choose", "current", "ENV"]
+__all__ = ["Calibration", "by_tokens_key", "load", "choose", "current", "ENV"]

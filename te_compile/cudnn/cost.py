@@ -134,9 +134,20 @@ def estimate(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: b
     B, H, L, S, D, Dv = shape
     cls, density = site_class(spec, bias, need_dbias, L, S, H)
     cal, how = calibration.current(BUILTIN)
+    te, tc = step_ms(cal, cls, density, shape, needs_grad, cuda_graphs)
+    return {"class": cls, "te_compile": te, "torch.compile": tc, "calibration": _calibration_note(cal, how, cls)}
+
+
+def step_ms(cal: "calibration.Calibration", cls: str, density: float, shape: tuple, needs_grad: bool,
+            cuda_graphs: bool = False) -> tuple[float, float]:
+    """(te_compile, torch.compile) ms per step of a one-site graph: a site of class ``cls`` computing ``density``
+    of its score matrix, ``shape`` = (B, H, L, S, D, Dv), under calibration ``cal``."""
+    B, H, L, S, D, Dv = shape
     flops = 2.0 * B * H * L * S * (D + Dv) * density * ((1.0 + BWD_FLOPS) if needs_grad else 1.0)
-    kernel_te = flops / (cal.te_tflops * 1e9)
-    kernel_tc = kernel_te * ratio(cal, cls)
+    # the per-length fit comes from training steps (te_compile.cudnn.refit): forward-only sites keep the class ratio
+    efficiency, speed = (cal.at(cls, L, density) if needs_grad else None) or (1.0, ratio(cal, cls))
+    kernel_te = flops / (cal.te_tflops * 1e9) / efficiency
+    kernel_tc = kernel_te * speed
     mode = "train" if needs_grad else "infer"
     host = ({"te_compile": 0.0, "torch.compile": 0.0} if cuda_graphs
             else {n: cal.host_ms[n][mode] for n in ("te_compile", "torch.compile")})
@@ -145,8 +156,7 @@ def estimate(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: b
     # The graph's other GPU work is not credited here: it would hide host time only where the rest of the graph
     # has little host time of its own, which the FX graph does not tell (a model at 4 x 1024 tokens served that
     # way ran slower, docs/cudnn-notes.md). Measuring (te_compile.tuning) runs it, and checks the whole graph.
-    return {"class": cls, "te_compile": max(host["te_compile"], kernel_te),
-            "torch.compile": max(host["torch.compile"], kernel_tc), "calibration": _calibration_note(cal, how, cls)}
+    return max(host["te_compile"], kernel_te), max(host["torch.compile"], kernel_tc)
 
 
 def _rest(cls: str, density: float, needs_grad: bool, tflops: float) -> float:
@@ -187,5 +197,5 @@ def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbi
             "te_compile.backend(serve='always') serves it anyway", SLOWER)
 
 
-__all__ = ["estimate", "slower_reason", "site_class", "ratio", "BUILTIN", "SPEED_RATIO", "HOST_MS", "SPLIT_HOST_MS",
+__all__ = ["estimate", "step_ms", "slower_reason", "site_class", "ratio", "BUILTIN", "SPEED_RATIO", "HOST_MS", "SPLIT_HOST_MS",
            "TE_TFLOPS"]

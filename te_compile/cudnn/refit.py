@@ -26,19 +26,12 @@ import os
 import statistics
 from typing import Optional
 
-from .calibration import Calibration
+from .calibration import Calibration, by_tokens_key
 from .cost import BUILTIN, BWD_FLOPS
+from .sweep_rows import CASE_CLASS, density
+from .sweep_rows import site_class as row_class
 from .versions import describe
 
-#: case name -> site class, for sweep files that do not record the class (bench/sweep.py as of 2026-11-27,
-#: every site served: ALiBi + causal with cuDNN's slopes is native there; the document mask is never served)
-CASE_CLASS = {
-    "flex none": "flex plain", "flex causal": "flex native band", "flex sliding <=": "flex native band",
-    "flex sliding <": "flex native band", "flex softcap": "flex score_mod", "flex softcap + causal": "flex score_mod",
-    "flex ALiBi": "flex additive score_mod", "flex ALiBi + causal": "flex native ALiBi + causal",
-    "flex prefix-LM": "flex prefix split", "sdpa none": "sdpa", "sdpa causal": "sdpa",
-    "sdpa bool mask": "sdpa mask", "sdpa frozen bias": "sdpa mask", "sdpa learned bias": "sdpa learned bias",
-}
 #: a side whose host time per step is at least this fraction of its step time is host-bound
 HOST_BOUND = 0.75
 #: classes whose rows give cuDNN's throughput (density 1: every tile computed)
@@ -86,13 +79,36 @@ def fit(files: list[dict], cudnn: Optional[int] = None, names: Optional[list[str
             _fit_row(row, mode, ratios, tflops, host, report)
     host_ms = {side: {m: (statistics.median(host[(side, m)]) if host.get((side, m)) else v)
                       for m, v in modes.items()} for side, modes in base.host_ms.items()}
-    cal = Calibration(gpus.pop(), versions.pop(), statistics.median(tflops) if tflops else base.te_tflops, host_ms,
+    te_tflops = statistics.median(tflops) if tflops else base.te_tflops
+    cal = Calibration(gpus.pop(), versions.pop(), te_tflops, host_ms,
                       {c: statistics.median(r) for c, r in sorted(ratios.items())},
                       "refit (te_compile.cudnn.refit) from bench/sweep.py: " +
                       "; ".join(f"{n}: {len(f.get('rows', []))} rows, torch {f.get('torch', '?')}"
                                 for n, f in zip(names or ["file"] * len(files), files)),
-                      _arch(files))
+                      _arch(files), _by_tokens(files, te_tflops))
     return cal, report
+
+
+def _by_tokens(files: list[dict], te_tflops: float) -> dict:
+    """Calibration.by_tokens: per class and sequence length, the medians of te_compile's efficiency and of the
+    kernel-time ratio over the training rows with both sides' kernel times."""
+    points: dict = {}
+    for f in files:
+        if f.get("infer"):
+            continue
+        for row in map(_as_served, f.get("rows", [])):
+            te, tc, cls = row.get("te_compile", {}), row.get("torch.compile", {}), row_class(row)
+            shape = row.get("shape") or []
+            if not (row.get("served") and cls and _kernel(te) and _kernel(tc) and len(shape) >= 4):
+                continue
+            dens = density(row.get("case", ""), shape[2], shape[2])
+            if dens is None:
+                continue
+            estimate = _flops(row, False) * dens / (te_tflops * 1e9)
+            points.setdefault(by_tokens_key(cls, dens), {}).setdefault(shape[2], []).append((estimate / te["kernel_ms"],
+                                                                         tc["kernel_ms"] / te["kernel_ms"]))
+    return {cls: [[L, round(statistics.median(p[0] for p in pts), 4), round(statistics.median(p[1] for p in pts), 4)]
+                  for L, pts in sorted(by_len.items())] for cls, by_len in sorted(points.items())}
 
 
 def _arch(files: list[dict]) -> str:
@@ -109,8 +125,7 @@ def _as_served(row: dict) -> dict:
     (every site served) is te_compile's side, whatever the default policy's column decided."""
     if not isinstance(row.get("always"), dict):
         return row
-    cls = row.get("class") or CASE_CLASS.get(row.get("case", ""))
-    return {**row, "te_compile": row["always"], "served": 1, "class": cls}
+    return {**row, "te_compile": row["always"], "served": 1, "class": row_class(row)}
 
 
 def _fit_row(row: dict, mode: str, ratios: dict, tflops: list, host: dict, report: list) -> None:
@@ -122,7 +137,7 @@ def _fit_row(row: dict, mode: str, ratios: dict, tflops: list, host: dict, repor
     if not row.get("served"):
         report.append(f"{name}: left out: not served (both sides ran torch.compile)")
         return
-    cls = row.get("class") or CASE_CLASS.get(row.get("case", ""))
+    cls = row_class(row)
     if cls is None:
         report.append(f"{name}: left out: no site class")
         return
@@ -163,6 +178,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("files", nargs="+")
     p.add_argument("--cudnn", default="", help="the cuDNN version the files ran on (9.27), when they do not say")
     p.add_argument("--out", default="", help="write the calibration here (JSON); TE_COMPILE_CALIBRATION=PATH uses it")
+    p.add_argument("--check", action="store_true",
+                   help="replay the cost model's decisions on the files' --always rows (te_compile.cudnn.replay): "
+                        "under the calibration that decides on their GPU and cuDNN now, and under this refit")
+    p.add_argument("--with", dest="other", default="", help="with --check: also replay this calibration file")
+    p.add_argument("--holdout", action="store_true",
+                   help="with --check: also replay each file under a refit from the other files (out of sample)")
     a = p.parse_args(argv)
     files = []
     for path in a.files:
@@ -175,7 +196,42 @@ def main(argv: list[str]) -> int:
         with open(a.out, "w") as f:
             json.dump(cal.to_json(), f, indent=1)
         print(f"wrote {a.out}")
+    if a.check:
+        _check(files, cal, a.other)
+        if a.holdout:
+            print("== each file under a refit from the others")
+            print("\n".join(holdout(files, names, parse_version(a.cudnn) if a.cudnn else None)))
     return 0
+
+
+def holdout(files: list[dict], names: list[str], cudnn: Optional[int] = None) -> list[str]:
+    """Replay each file under a refit from the other files (te_compile.cudnn.replay): the refit's decisions on
+    measurements it was not fitted on. The last line sums the verdicts."""
+    from . import replay
+    lines, counts = [], {}
+    for i, name in enumerate(names):
+        rest = files[:i] + files[i + 1:]
+        if not rest:
+            continue
+        checks, text = replay.check(fit(rest, cudnn)[0], [files[i]])
+        lines += [f"{name}: {line}" for line in text[:-1]]
+        for c in checks:
+            counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
+    lines.append("held out: " + (", ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no rows"))
+    return lines
+
+
+def _check(files: list[dict], refit: Calibration, other: str) -> None:
+    """Print the replay of each calibration on ``files`` (te_compile.cudnn.replay)."""
+    from . import calibration, replay
+    now, how = calibration.choose(calibration.load(), refit.gpu, refit.cudnn, BUILTIN, refit.arch)
+    cals = [(f"deciding now ({how})", now), ("this refit", refit)]
+    if other:
+        with open(other) as f:
+            cals.append((other, Calibration.from_json(json.load(f))))
+    for title, cal in cals:
+        print(f"== {title}: {cal.label()} ({cal.source[:80]})")
+        print("\n".join(replay.check(cal, files)[1]))
 
 
 __all__ = ["fit", "compare", "main", "parse_version", "CASE_CLASS", "HOST_BOUND"]
