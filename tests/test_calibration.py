@@ -180,3 +180,25 @@ def test_the_shipped_h100_refit_decides_on_an_h100_at_its_version_and_the_next()
     for version in (91900, 92700):
         got, how = calibration.choose(shipped, H100, version, cost.BUILTIN, "sm90")
         assert got.gpu == H100 and got.cudnn == 91900 and got.by_tokens
+
+
+@pytest.mark.parametrize("ratio,kept", [(1.04, True), (1.06, False)])
+def test_the_model_serves_only_past_its_margin_and_says_so_when_close(monkeypatch, ratio, kept):
+    cal = _cal(**{"flex score_mod": ratio})
+    monkeypatch.setattr(calibration, "current", lambda base: (cal, "fitted on this GPU and cuDNN"))
+    q, spec = _softcap_site()
+    why = cost.slower_reason(q, q, q, None, spec, True, False, cuda_graphs=True)  # kernels only: tc = ratio x te
+    assert bool(why) is kept
+    if kept:
+        assert f"not {100 * cost.MARGIN:.0f}% less (the model's margin)" in why
+    assert cost.serves(1.0, 1.0 + 2 * cost.MARGIN) and not cost.serves(1.0, 1.0 + cost.MARGIN / 2)
+
+
+def test_the_prefix_split_pays_its_measured_host_time_in_training():
+    host = {"te_compile": {"train": 1.0, "infer": 0.2}, "torch.compile": {"train": 0.5, "infer": 0.1}}
+    cal = Calibration(H100, 91900, 500.0, host, {"flex prefix split": 5.0})
+    tiny = (1, 1, 128, 128, 64, 64)  # kernels far under the host time: the step is the host's
+    assert cost.step_ms(cal, "flex prefix split", 1.0, tiny, True)[0] == pytest.approx(
+        1.0 + cost.SPLIT_HOST_MS["train"])
+    assert cost.step_ms(cal, "flex plain", 1.0, tiny, True)[0] == pytest.approx(1.0)
+    assert cost.step_ms(cal, "flex prefix split", 1.0, tiny, True, cuda_graphs=True)[0] < 0.01

@@ -44,7 +44,7 @@ def check_row(cal: Calibration, row: dict, infer: bool = False) -> Optional[dict
     if dens is None:
         return None
     te_est, tc_est = cost.step_ms(cal, cls, dens, (B, H, L, L, D, D), not infer)
-    serves = te_est < tc_est
+    serves = cost.serves(te_est, tc_est)
     measured = tc["ms"] / alw["ms"]  # > 1: cuDNN served was faster
     aa = row.get("control_aa") or [1.0]
     noise = max(MIN_NOISE, abs(aa[0] - 1.0))
