@@ -4,7 +4,8 @@
     te-compile calibrate --check SWEEP.json... --with F   # a calibration file (a refit) instead
 
 A sweep run with ``--always`` times, per row, te_compile with every site served (its ``always`` column) and plain
-torch.compile, in alternating rounds, with an A/A column (``--control``: torch.compile against itself). Each row is
+torch.compile, in alternating rounds, with an A/A column (``--control``: torch.compile against itself); in a sweep
+without that column, a row whose site was served has cuDNN's time in its te_compile column. Each row is
 one site, so the cost model's decision for it (``cost.step_ms``: no tuning cache, no CUDA graphs) can be compared
 with what was measured, offline, for any calibration:
 
@@ -34,7 +35,10 @@ MIN_NOISE = 0.03
 def check_row(cal: Calibration, row: dict, infer: bool = False) -> Optional[dict]:
     """The model's decision on one ``--always`` sweep row and how it compares with the measurement; None when the
     row cannot be replayed (no ``always`` or torch.compile time, an unknown case)."""
-    alw, tc = row.get("always", {}), row.get("torch.compile", {})
+    # cuDNN's side: the serve="always" column, else a served row's te_compile column (a TE_COMPILE_SERVE=always
+    # sweep, or a site the default policy served)
+    alw = row.get("always") or (row.get("te_compile", {}) if row.get("served") else {})
+    tc = row.get("torch.compile", {})
     shape = row.get("shape") or []
     cls = site_class(row)
     if "ms" not in alw or "ms" not in tc or len(shape) < 4 or cls is None:
