@@ -16,7 +16,8 @@ from te_compile.cudnn import calibration, cost, refit, replay, sweep_rows
 from te_compile.cudnn.calibration import Calibration
 
 H100 = "NVIDIA H100 80GB HBM3"
-DATA = os.path.join(os.path.dirname(__file__), "..", "docs", "data")
+HERE = os.path.dirname(__file__)
+DATA = os.path.join(HERE, "..", "docs", "data")
 NO_HOST = {"te_compile": {"train": 0.0, "infer": 0.0}, "torch.compile": {"train": 0.0, "infer": 0.0}}
 
 
@@ -107,3 +108,28 @@ def test_cli_check_prints_the_replay_of_each_calibration(tmp_path, capsys):
     assert "== deciding now (fitted on this GPU and cuDNN)" in out and "== this refit" in out
     assert f"== {other}" in out and "1 keeps a faster site" in out
     assert "held out: no rows" in out  # one file: nothing to fit the others on
+
+
+def _replay_all():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("replay_all", os.path.join(HERE, "..", "bench", "probes",
+                                                                             "replay_all.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+
+def test_what_decides_on_each_measured_gpu_and_version_does_no_worse_than_the_builtin_table():
+    """Every sweep in docs/data, by GPU and cuDNN version: the calibration chosen there agrees with the measured
+    winner at least as often as the built-in table, and serves no site measured slower (the H200 9.19 group holds
+    two ALiBi + causal rows from before cuDNN's native ALiBi, which the replay reads as the native class)."""
+    groups = _replay_all().groups()
+    assert len(groups) >= 5
+    for (gpu, version), files in groups.items():
+        now, _ = calibration.choose(calibration.load(), gpu, version, cost.BUILTIN, "sm90")
+        mine, base = replay.check(now, files)[0], replay.check(cost.BUILTIN, files)[0]
+        agree = lambda checks: sum(c["verdict"] == "agree" for c in checks)  # noqa: E731
+        assert agree(mine) >= agree(base), (gpu, version)
+        slower = [c for c in mine if c["verdict"] == "serves a slower site"]
+        assert all(c["case"] == "flex ALiBi + causal" for c in slower) and (not slower or version == 91900), slower
