@@ -1,6 +1,6 @@
 """Serve only where faster: a cost model of one attention site, te_compile (cuDNN) vs plain torch.compile.
 
-A site that cuDNN can serve is rewritten only when the model says te_compile's step is faster than
+A site that cuDNN can serve is rewritten only when the model says te_compile's step is faster, by ``MARGIN``, than
 what torch.compile runs for it (aten SDPA for SDPA calls, Inductor's flex kernel for flex_attention).
 Per site and per step (forward + backward when gradients are needed, else forward only):
 
