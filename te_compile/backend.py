@@ -305,7 +305,8 @@ def _finish(gm: GraphModule, decisions: list, options: Options) -> GraphReport:
     for d in decisions:  # why a served site was judged faster (te_compile.tuning), for the report
         if d.runs_on == "cudnn" and d.spec is not None and not d.reason:
             d.note = tuning.served_note(d.spec, example_value(d.site.q))
-    report = GraphReport(_graph_counter, decisions, gm.code, options, _cudnn_version(decisions, options))
+    report = GraphReport(_graph_counter, decisions, gm.code, options, _cudnn_version(decisions, options),
+                         _call_path(decisions))
     record(report)
     for d in decisions:
         if d.rewrite:
@@ -317,6 +318,15 @@ def _finish(gm: GraphModule, decisions: list, options: Options) -> GraphReport:
     if decisions:
         _trace_artifact(report)
     return report
+
+
+def _call_path(decisions: list) -> str:
+    """Turn the native call path on for a graph with a site on cuDNN (its build runs once per machine); its
+    status line, "" when no site runs on cuDNN."""
+    if not any(d.runs_on == "cudnn" for d in decisions):
+        return ""
+    from .cudnn import native
+    return native.enable()
 
 
 def _cudnn_version(decisions: list, options: Options) -> str:

@@ -116,9 +116,10 @@ _log = logging.getLogger("te_compile")
 _capture_noted = False
 
 
-def check_call(spec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Tensor]) -> None:
+def check_call(spec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Tensor]) -> bool:
     """The op's check of the BlockMask it receives (once per BlockMask): raise rather than give an
-    answer different from compiled flex's."""
+    answer different from compiled flex's. True when the BlockMask was checked and matches, False when the
+    check was skipped (CUDA graph capture)."""
     global _capture_noted
     if q.is_cuda and torch.cuda.is_current_stream_capturing():
         # CUDA graph capture (mode="reduce-overhead"): no checking work can run (it syncs); the
@@ -128,7 +129,7 @@ def check_call(spec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Ten
             _log.warning("te_compile: under CUDA graph capture the run-time BlockMask check is skipped; graph "
                          "replays do not re-check a different BlockMask passed later (the compile-time and "
                          "warm-up checks still apply). Build BlockMasks with create_block_mask.")
-        return
+        return False
     qb, kb, mask = spec.block_q, spec.block_kv, spec.mask_expr() or ir.Expr.const(True)
     kv_num, kv_idx = block[0], block[1]
     full_num, full_idx = (block[2], block[3]) if spec.block_full else (None, None)
@@ -142,3 +143,4 @@ def check_call(spec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Ten
             f"mask_mod ({why}). Compiled flex_attention honours the block structure, te_compile applies "
             "mask_mod element-wise, so it refuses to run rather than give a different answer. Build the mask "
             "with create_block_mask(mask_mod, ...), or compile this model without te_compile.")
+    return True

@@ -1,9 +1,11 @@
 """The kernels behind the te_compile ops (registered in te_compile.ops): CUDA and reference.
 
-CUDA runs the cached cuDNN graph (te_compile.cudnn.graphs) unless the spec says
-``impl=reference`` or cuDNN rejects the configuration, in which case it runs the reference math
-with one warning per spec; every other device runs the reference math. The fake kernels give
-the outputs' shapes, strides and dtypes for tracing.
+On CUDA a call is one lookup of the runner for its signature (the spec and each tensor's geometry;
+te_compile.cudnn.runners builds it on the signature's first call) and that runner's launch. A spec with
+``impl=reference``, or one cuDNN rejects, runs the reference math (the latter with one warning per spec);
+every other device runs the reference math. Where the native call path is on (te_compile.cudnn.native),
+the op's CUDA kernel is C++ and comes here only for a signature it does not hold yet. The fake kernels
+give the outputs' shapes, strides and dtypes for tracing.
 
 Naming: ``extra`` is the ops' tensor-list argument as the graph passes it: the ``(in i)`` inputs
 (``spec.n_inputs`` of them) followed by the BlockMask tensors (when ``spec.block_q``). The
@@ -23,6 +25,7 @@ import torch
 from torch import Tensor
 
 from . import blockmask, reference, verify
+from .cudnn import native
 from .layout import empty_like_layout
 from .spec import AttentionSpec
 
@@ -65,10 +68,9 @@ def _warn_fallback(spec_key: str, direction: str, why: str) -> None:
 
 def split_extra(spec: AttentionSpec, q: Tensor, k: Tensor, extra: list[Tensor]) -> list[Tensor]:
     """The ``(in i)`` inputs of ``extra``; checks the BlockMask tensors that follow them, if any."""
-    inputs = list(extra[: spec.n_inputs])
     if spec.block_q:
-        blockmask.check_call(spec, q, k, inputs, list(extra[spec.n_inputs:]))
-    return inputs
+        _check_block(spec, q, k, extra, spec.key())
+    return list(extra[: spec.n_inputs])
 
 
 # --------------------------------------------------------------------------- layouts
@@ -126,20 +128,64 @@ def _reference_forward(q, k, v, bias, s: AttentionSpec, inputs: list[Tensor]) ->
     return _place_out(out, q, v), lse.to(lse_dtype(q)).contiguous()
 
 
-def attn_fwd_cuda(q, k, v, bias, extra, spec):
+def attn_fwd_cuda(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], extra: list[Tensor],
+                  spec: str) -> tuple[Tensor, Tensor]:
+    """The forward on CUDA: one lookup of the runner for this call's signature, then the BlockMask check (once
+    per BlockMask) and the runner. The first call of a signature builds its runner (``_first_forward``)."""
+    e = _fwd.get((spec, _sig(q), _sig(k), _sig(v), _sig(bias), *map(_sig, extra)))
+    if e is None:
+        return _first_forward(q, k, v, bias, extra, spec)
+    s = e.spec
+    if s.block_q:
+        _check_block(s, q, k, extra, spec)
+    out, lse = e.runner(q, k, v, bias, extra[: s.n_inputs])
+    if e.native_pending:
+        _offer_native(e, "forward", (q, k, v, bias, extra, spec))
+    return out, lse
+
+
+def _first_forward(q, k, v, bias, extra, spec):
     s = AttentionSpec.from_key(spec)
-    inputs = split_extra(s, q, k, extra)
-    if s.impl == "cudnn":
-        from .cudnn import graphs
+    inputs = list(extra[: s.n_inputs])
+    if s.block_q:
+        _check_block(s, q, k, extra, spec)
+    if s.impl != "cudnn":
+        runner = _ReferenceForward(s, spec, None)
+        out, lse = runner(q, k, v, bias, inputs)
+    else:
+        from .cudnn import runners
+        _forget_with_graphs(runners.graphs)
         try:
-            out, lse = graphs.forward(q, k, v, bias, s, inputs)
-        except graphs.Unsupported as e:
-            _warn_fallback(spec, "forward", str(e))
+            runner, (out, lse) = runners.forward(s, q, k, v, bias, inputs, attn_fwd_cuda)
+        except runners.graphs.Unsupported as e:
+            runner = _ReferenceForward(s, spec, str(e))
+            out, lse = runner(q, k, v, bias, inputs)
         else:
             if s.verify:
                 verify.forward(spec, s, q, k, v, bias, inputs, out, lse)
-            return out, lse
-    return _reference_forward(q, k, v, bias, s, inputs)
+    entry = _Entry(s, runner)
+    _remember(_fwd, (spec, _sig(q), _sig(k), _sig(v), _sig(bias), *map(_sig, extra)), entry)
+    if entry.native_pending:
+        _offer_native(entry, "forward", (q, k, v, bias, extra, spec))
+    return out, lse
+
+
+class _ReferenceForward:
+    """The reference math on CUDA tensors: ``impl=reference``, or cuDNN declined the graph (``why``; counted and
+    warned once per spec)."""
+
+    __slots__ = ("spec", "key", "why")
+
+    def __init__(self, spec: AttentionSpec, key: str, why: Optional[str]):
+        self.spec, self.key, self.why = spec, key, why
+
+    def __call__(self, q, k, v, bias, inputs):
+        if self.why is not None:
+            _warn_fallback(self.key, "forward", self.why)
+        return _reference_forward(q, k, v, bias, self.spec, list(inputs))
+
+    def native_info(self) -> None:
+        return None
 
 
 # --------------------------------------------------------------------------- backward
@@ -161,18 +207,115 @@ def attn_bwd_reference(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tenso
     return _place_grads(grads, q, k, v, bias, need_dbias)
 
 
-def attn_bwd_cuda(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse=None):
+def attn_bwd_cuda(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
+                  extra: list[Tensor], spec: str, need_dbias: bool,
+                  dlse: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The backward on CUDA: one lookup of the runner for this call's signature, then the runner."""
+    e = _bwd.get((spec, need_dbias, _sig(dout), _sig(q), _sig(k), _sig(v), _sig(out), _sig(lse), _sig(bias),
+                  _sig(dlse), *map(_sig, extra)))
+    if e is None:
+        return _first_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse)
+    grads = e.runner(dout, q, k, v, out, lse, bias, extra[: e.spec.n_inputs], dlse)
+    if e.native_pending:
+        _offer_native(e, "backward", (dout, q, k, v, out, lse, bias, extra, spec, need_dbias))
+    return grads
+
+
+def _first_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse):
     s = AttentionSpec.from_key(spec)
     inputs = list(extra[: s.n_inputs])
-    if s.impl == "cudnn":
-        from .cudnn import graphs
+    if s.impl != "cudnn":
+        runner = _ReferenceBackward(s, spec, need_dbias, None)
+        grads = runner(dout, q, k, v, out, lse, bias, inputs, dlse)
+    else:
+        from .cudnn import runners
+        _forget_with_graphs(runners.graphs)
         try:
-            grads = graphs.backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs, dlse)
-        except graphs.Unsupported as e:
-            _warn_fallback(spec, "backward", str(e))
+            runner, grads = runners.backward(s, dout, q, k, v, out, lse, bias, need_dbias, inputs, dlse, attn_bwd_cuda)
+        except runners.graphs.Unsupported as e:
+            runner = _ReferenceBackward(s, spec, need_dbias, str(e))
+            grads = runner(dout, q, k, v, out, lse, bias, inputs, dlse)
         else:
             if s.verify:
                 verify.backward(spec, s, dout, q, k, v, out, lse, bias, need_dbias, inputs, grads, dlse)
-            return grads
-    grads = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, inputs, dlse)
-    return _place_grads(grads, q, k, v, bias, need_dbias)
+    entry = _Entry(s, runner)
+    _remember(_bwd, (spec, need_dbias, _sig(dout), _sig(q), _sig(k), _sig(v), _sig(out), _sig(lse), _sig(bias),
+                     _sig(dlse), *map(_sig, extra)), entry)
+    if entry.native_pending:
+        _offer_native(entry, "backward", (dout, q, k, v, out, lse, bias, extra, spec, need_dbias))
+    return grads
+
+
+class _ReferenceBackward:
+    __slots__ = ("spec", "key", "need_dbias", "why")
+
+    def __init__(self, spec: AttentionSpec, key: str, need_dbias: bool, why: Optional[str]):
+        self.spec, self.key, self.need_dbias, self.why = spec, key, need_dbias, why
+
+    def __call__(self, dout, q, k, v, out, lse, bias, inputs, dlse=None):
+        if self.why is not None:
+            _warn_fallback(self.key, "backward", self.why)
+        grads = reference.attention_backward(dout, q, k, v, out, lse, bias, self.spec, self.need_dbias, list(inputs),
+                                             dlse)
+        return _place_grads(grads, q, k, v, bias, self.need_dbias)
+
+    def native_info(self) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------- the runner map
+
+def _sig(t: Optional[Tensor]):
+    """A tensor's part of a call signature: what a runner depends on (its values are not part of it)."""
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
+
+
+class _Entry:
+    """A signature's runner, its spec, and whether the native call path may still take it over."""
+
+    __slots__ = ("spec", "runner", "native_pending")
+
+    def __init__(self, spec: AttentionSpec, runner):
+        self.spec, self.runner = spec, runner
+        self.native_pending = native.active()
+
+
+#: call signature -> _Entry, forward and backward (bounded; emptied when cuDNN graphs leave their cache)
+_fwd: dict = {}
+_bwd: dict = {}
+MAX_RUNNERS = 1024
+
+
+def _remember(table: dict, key: tuple, entry: _Entry) -> None:
+    if len(table) >= MAX_RUNNERS:
+        table.clear()
+    table[key] = entry
+
+
+def clear_runners() -> None:
+    """Forget every runner (Python and native): the next call of each signature builds its runner again."""
+    _fwd.clear()
+    _bwd.clear()
+    native.clear()
+
+
+def _forget_with_graphs(graphs) -> None:
+    if clear_runners not in graphs.cache.on_forget:
+        graphs.cache.on_forget.append(clear_runners)
+
+
+def _check_block(s: AttentionSpec, q: Tensor, k: Tensor, extra: list[Tensor], spec: str) -> None:
+    """The BlockMask check (raises on a mismatch; once per BlockMask). The native call path runs a call with a
+    BlockMask only once that BlockMask has passed here."""
+    if blockmask.check_call(s, q, k, list(extra[: s.n_inputs]), list(extra[s.n_inputs:])) and native.active():
+        native.block_checked(q, k, extra, spec)
+
+
+def _offer_native(entry: _Entry, direction: str, args: tuple) -> None:
+    """Hand a signature's runner to the native call path (once it can: not while a CUDA graph is being captured)."""
+    if torch.cuda.is_current_stream_capturing():
+        return
+    entry.native_pending = False
+    info = entry.runner.native_info()
+    if info is not None:
+        native.register(direction, args, dict(info, block=bool(entry.spec.block_q), n_inputs=entry.spec.n_inputs))

@@ -23,11 +23,13 @@ reference and fake kernels are in te_compile.kernels.
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import torch
 
+from .cudnn import native
 from .kernels import (attn_bwd_cuda, attn_bwd_fake, attn_bwd_reference, attn_fwd_cuda, attn_fwd_fake,
-                      attn_fwd_reference)
+                      attn_fwd_reference, clear_runners)
 from .spec import AttentionSpec
 
 
@@ -39,7 +41,7 @@ from .spec import AttentionSpec
 _lib = torch.library.Library("te_compile", "DEF")
 # CUDA graphs (mode="reduce-overhead") record te_compile's ops: cuDNN's execute is capturable and
 # the kernels allocate nothing that outlives a call in the graph pool (see cudnn/graphs.py: the
-# first-execute cycle collection, _outside_cudagraph_pool). TE_COMPILE_CUDAGRAPH_UNSAFE=1 tags the ops
+# first-execute cycle collection; runners.py: _outside_cudagraph_pool). TE_COMPILE_CUDAGRAPH_UNSAFE=1 tags the ops
 # cudagraph_unsafe instead, so Inductor runs graphs holding them without CUDA graphs (an escape hatch
 # if recording ever fails; read at import).
 _TAGS = ((torch.Tag.pt2_compliant_tag, torch.Tag.cudagraph_unsafe)
@@ -64,7 +66,11 @@ class _AttnFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, keyset, q, k, v, bias, spec, *extra):
         with torch._C._AutoDispatchBelowAutograd():
-            out, lse = _fwd_op.redispatch(keyset & torch._C._after_autograd_keyset, q, k, v, bias, list(extra), spec)
+            if keyset is None:  # from the native Autograd kernel: a plain call below Autograd
+                out, lse = _fwd_op(q, k, v, bias, list(extra), spec)
+            else:
+                out, lse = _fwd_op.redispatch(keyset & torch._C._after_autograd_keyset, q, k, v, bias, list(extra),
+                                              spec)
         # the backward reads only the (in i) inputs of extra, not the BlockMask tensors after them
         ctx.n_extra = len(extra)
         ctx.save_for_backward(q, k, v, out, lse, bias, *extra[: AttentionSpec.from_key(spec).n_inputs])
@@ -152,16 +158,60 @@ def _bwd_autograd(keyset, *args):
     return _below_autograd(_bwd_op, attn_bwd_cuda, keyset, *args)
 
 
-for _name, _ref, _cuda, _fake, _ag in (("attn_fwd", attn_fwd_reference, attn_fwd_cuda, attn_fwd_fake, _fwd_autograd),
-                                       ("attn_bwd", attn_bwd_reference, attn_bwd_cuda, attn_bwd_fake, _bwd_autograd)):
+for _name, _ref, _fake in (("attn_fwd", attn_fwd_reference, attn_fwd_fake), ("attn_bwd", attn_bwd_reference, attn_bwd_fake)):
     _lib.impl(_name, _ref, "CompositeExplicitAutograd")
-    _lib.impl(_name, _cuda, "CUDA")
-    _lib.impl(_name, _ag, "Autograd", with_keyset=True)
     torch.library.register_fake(f"te_compile::{_name}", _fake, lib=_lib)
+
+#: the Python CUDA and Autograd kernels (te_compile.cudnn.native swaps them for C++ ones where it can build them)
+_py_lib: Optional[torch.library.Library] = None
+
+
+def use_python_kernels() -> None:
+    """Register the Python CUDA and Autograd kernels (the default)."""
+    global _py_lib
+    if _py_lib is not None:
+        return
+    if _native is not None:
+        _native.uninstall()
+    _py_lib = torch.library.Library("te_compile", "IMPL")
+    for name, cuda, ag in (("attn_fwd", attn_fwd_cuda, _fwd_autograd), ("attn_bwd", attn_bwd_cuda, _bwd_autograd)):
+        _py_lib.impl(name, cuda, "CUDA")
+        _py_lib.impl(name, ag, "Autograd", with_keyset=True)
+
+
+def use_native_kernels(ext) -> None:
+    """Serve the ops' CUDA and Autograd keys with the native extension's kernels; they call back into
+    ``attn_fwd_cuda`` / ``attn_bwd_cuda`` for a signature they do not hold, and into the autograd.Function for a
+    call that records history."""
+    global _py_lib, _native
+    if _py_lib is not None:
+        _py_lib._destroy()
+        _py_lib = None
+    _native = ext
+    ext.install(attn_fwd_cuda, attn_bwd_cuda, _native_grad_forward)
+
+
+_native = None
+
+
+def _native_grad_forward(q, k, v, bias, extra, spec):
+    return _AttnFunction.apply(None, q, k, v, bias, spec, *extra)
+
+
+def _on_native(ext) -> None:
+    if ext is None:
+        use_python_kernels()
+    else:
+        use_native_kernels(ext)
+    clear_runners()  # runners built before hold no native registration: rebuilt on their next call
+
+
+native.hooks.append(_on_native)
 
 _fwd_op = torch.ops.te_compile.attn_fwd.default
 _bwd_op = torch.ops.te_compile.attn_bwd.default
 _BWD_TENSORS = _tensor_slots(_bwd_op._schema)
+use_python_kernels()
 
 
 def _autocast_kernel(device_type: str, key: "torch._C.DispatchKey"):

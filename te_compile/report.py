@@ -27,6 +27,8 @@ class GraphReport:
     options: Any  # te_compile.backend.Options
     #: the cuDNN version the graph's sites were decided for ("9.19"), "" when no site targets cuDNN
     cudnn: str = ""
+    #: which call path runs the graph's cuDNN sites: "on" (native, C++) or "off: <why>"; "" when none runs on cuDNN
+    native: str = ""
 
 
 _recorders = threading.local()
@@ -146,8 +148,10 @@ class Report:
         head = (f"te_compile: {s['sites']} attention site(s) in {len(self.graphs)} graph(s): "
                 f"{s['cudnn']} on cuDNN, {s['reference']} on the reference kernel, {s['kept']} kept")
         versions = sorted({g.cudnn for g in self.graphs if getattr(g, "cudnn", "")})
-        if versions:
-            head += f" (cuDNN {', '.join(versions)})"
+        paths = sorted({g.native for g in self.graphs if getattr(g, "native", "")})
+        if versions or paths:
+            head += " (" + "; ".join([f"cuDNN {', '.join(versions)}"] * bool(versions)
+                                     + [f"native call path: {p}" for p in paths]) + ")"
         return "\n".join([head] + ([f"  ({self.note})"] if self.note else []) + [line(cols)] + [line(r) for r in rows])
 
     def __str__(self) -> str:

@@ -50,7 +50,7 @@ class AttentionSpec:
     block_kv: int = 0
     block_full: bool = False
     #: the bias may hold rows that are -inf everywhere (a materialized mask): the cuDNN kernel sets
-    #: those rows to output 0 / lse -inf itself (graphs._fix_empty_rows)
+    #: those rows to output 0 / lse -inf itself (te_compile.cudnn.runners)
     empty_rows: bool = False
     #: the score_mod is ALiBi with cuDNN's own slopes for this many heads under a causal mask_mod (checked at
     #: compile time, te_compile.alibi): at that head count cuDNN's native ALiBi serves it; 0 = not ALiBi

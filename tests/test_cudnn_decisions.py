@@ -141,20 +141,20 @@ def test_lse_guard_only_where_rows_can_be_empty(L, S, mask, score, bias, may):
     """The backward's lse guard (one kernel) runs unless no query row can lose every key; where it is skipped,
     the mask evaluated like eager's leaves every row a key."""
     from te_compile import ir
-    from te_compile.cudnn import graphs
+    from te_compile.cudnn import runners
     from te_compile.reference import index_grids
     spec = AttentionSpec(mask_mod=mask, score=score, source="flex")
-    assert graphs._may_have_empty_rows(spec, L, S, bias) == may
+    assert runners.may_have_empty_rows(spec, L, S, bias) == may
     if not may and mask:
         keep = ir.evaluate(ir.parse(mask), index_grids(1, 1, L, S, torch.device("cpu")))
         assert bool(keep.to(torch.bool).expand(1, 1, L, S).any(dim=-1).all())
 
 
 def test_guard_lse_is_the_three_op_form():
-    from te_compile.cudnn import graphs
+    from te_compile.cudnn import runners
     lse = torch.tensor([1.5, float("-inf"), float("nan"), float("inf"), -3.0e38])
     want = torch.where(torch.isneginf(lse), torch.full_like(lse, 1e30), lse)
-    torch.testing.assert_close(graphs.guard_lse(lse), want, equal_nan=True)
+    torch.testing.assert_close(runners.guard_lse(lse), want, equal_nan=True)
 
 
 @pytest.mark.parametrize("L,S,mask,keys", [
@@ -351,7 +351,7 @@ def test_on_a_gpu_a_graph_no_engine_builds_is_kept_with_the_direction_and_versio
     built = []
 
     def finish(g, uids):
-        built.append("backward" if int(graphs._UID.DQ) in uids else "forward")
+        built.append("backward" if int(graphs.UID.DQ) in uids else "forward")
         if built[-1] == "backward":
             raise cudnn.cudnnGraphNotSupportedError("No valid engine configs for ____________ {\"engineId\":0}")
         return None
@@ -400,7 +400,7 @@ def test_a_site_whose_dbias_plan_does_not_build_is_kept_end_to_end(monkeypatch, 
     from te_compile.cudnn import check as chk, graphs, versions
 
     def finish(g, uids):
-        if int(graphs._UID.DBIAS) in uids:
+        if int(graphs.UID.DBIAS) in uids:
             raise cudnn.cudnnGraphNotSupportedError("No valid engine configs for ____ {}")
 
     monkeypatch.setattr(chk, "_gpu", lambda q: "cuda:0")

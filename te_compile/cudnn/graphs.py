@@ -22,10 +22,8 @@ import dataclasses
 import functools
 import gc
 import logging
-import math
 import threading
 import time
-import types
 from enum import IntEnum
 from typing import Any, Callable, Optional, Sequence
 
@@ -34,10 +32,9 @@ from torch import Tensor
 
 import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 
-from ..layout import contiguous_strides, empty_like_layout, like_layout_strides
+from ..layout import like_layout_strides
 from ..spec import AttentionSpec
 from .emit import Emitter, inputs_full, structure
-from . import prefix
 from .lowering import Lowering, lower
 
 log = logging.getLogger("te_compile")
@@ -53,7 +50,7 @@ class Unsupported(RuntimeError):
     """cuDNN cannot serve this configuration; the op falls back to the reference math."""
 
 
-class _UID(IntEnum):
+class UID(IntEnum):
     Q = 1
     K = 2
     V = 3
@@ -107,6 +104,18 @@ class _Built:
                 ptrs[i] = t.data_ptr()
         ws = 0 if workspace is None else workspace.data_ptr()
         lowered._execute_with_raw_ptrs(ctypes.addressof(ptrs), n, ws, handle.backend_handle or 0, index)
+
+    def serialized(self) -> Optional[bytes]:
+        """The built plan in the cuDNN frontend's serialized form (what the native call path loads), or None when
+        it has none: a plan of a Python engine, or a frontend that cannot serialize this graph."""
+        if self.graph.selected_engine is not None:
+            return None
+        try:
+            blob = self.graph.serialize(as_bytes=True)
+        except Exception as e:  # noqa: BLE001 - any refusal means: not on the native path
+            log.debug("te_compile: cuDNN plan not serializable (%s: %s)", type(e).__name__, e)
+            return None
+        return bytes(blob) if isinstance(blob, (bytes, bytearray)) else bytes(bytearray(blob))
 
     def workspace_for(self, device: torch.device) -> Optional[Tensor]:
         """The workspace for one execute: None (no allocation) when the graph needs no workspace and the
@@ -165,6 +174,8 @@ class GraphCache:
         self._lock = threading.Lock()
         self.builds = 0
         self.build_seconds = 0.0
+        #: called when graphs leave the cache (te_compile.cudnn.runners drops its runners)
+        self.on_forget: list[Callable[[], None]] = []
 
     def get(self, key: tuple, build: Callable[[], _Built]) -> _Built:
         hit = self._entries.get(key)
@@ -176,7 +187,7 @@ class GraphCache:
                     self._entries[key] = hit
                     while len(self._entries) > max(1, self.maxsize):
                         self._entries.popitem(last=False)
-                        _plans.clear()
+                        self._forget()
         else:
             try:
                 self._entries.move_to_end(key)
@@ -203,63 +214,18 @@ class GraphCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            _plans.clear()
+            self._forget()
+
+    def _forget(self) -> None:
+        """A graph left the cache: whatever holds built graphs per call signature lets go of them too."""
+        for fn in self.on_forget:
+            fn()
 
     def __len__(self) -> int:
         return len(self._entries)
 
 
 cache = GraphCache(CACHE_SIZE)
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CallPlan:
-    """What a repeated call needs at run time, worked out once by the slow path for one call signature
-    (``signature``): the built graph, the layouts of what the call allocates, the constant buffers. The fast
-    path of ``forward`` / ``backward`` runs it without lowering, keys or layout checks (host time per call)."""
-
-    built: "_Built"
-    consts: tuple  # the pass-by-value constant buffers, after the inputs
-    out_shape: tuple = ()  # forward: out and lse
-    out_stride: tuple = ()
-    lse_shape: tuple = ()
-    lse_stride: tuple = ()
-    grad_strides: tuple = ()  # backward: dq, dk, dv
-    need_dbias: bool = False
-    reads_inputs: bool = True  # the (in i) inputs are operands (native ALiBi reads none)
-
-
-#: fast path: call signature (spec + shapes/strides/dtypes of the raw operands) -> its CallPlan, for calls
-#: whose operands cuDNN takes as they are
-_plans: "dict[tuple, CallPlan]" = {}
-
-
-def plans() -> "types.MappingProxyType[tuple, CallPlan]":
-    """The remembered call plans (read-only; ``cache.clear()`` empties them)."""
-    return types.MappingProxyType(_plans)
-
-
-def signature(tag: str, spec: AttentionSpec, flag: Any, tensors: Sequence[Optional[Tensor]]) -> tuple:
-    """The fast path's key: direction, spec, flag (need_dbias) and each raw operand's geometry."""
-    return (tag, spec, flag) + tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device)
-                                     for t in tensors)
-
-
-def _aligned(tensors: Sequence[Optional[Tensor]]) -> bool:
-    return all(t is None or t.data_ptr() % 16 == 0 for t in tensors)
-
-
-def _same(a: Optional[Tensor], b: Optional[Tensor]) -> bool:
-    """b is a as cuDNN sees it (same memory, shape and strides)."""
-    if a is None or b is None:
-        return a is b
-    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-
-
-def _remember(sig: tuple, plan: CallPlan) -> None:
-    if len(_plans) >= 4 * CACHE_SIZE:
-        _plans.clear()
-    _plans[sig] = plan
-
 
 _tls = threading.local()
 
@@ -316,8 +282,18 @@ def _bias4d(bias: Tensor, B: int, H: int, L: int, S: int) -> Tensor:
     broadcast = any(st == 0 and n > 1 for st, n in zip(b.stride(), b.shape))
     unaligned = any(st % 8 for st, n in zip(b.stride()[:-1], b.shape[:-1]) if n > 1)
     if broadcast or unaligned or b.stride(-1) != 1 or b.data_ptr() % 16:
-        b = _padded_empty(tuple(b.shape), b.dtype, b.device).copy_(b)
+        b = padded_empty(tuple(b.shape), b.dtype, b.device).copy_(b)
     return b
+
+
+def bias_operand(bias: Tensor, shape4: tuple, copy: bool) -> Tensor:
+    """The bias as the graph reads it: viewed as ``shape4`` (``_bias4d``'s shape), copied into a padded buffer when
+    the call's signature says cuDNN cannot read it in place."""
+    b = bias
+    while b.dim() < 4:
+        b = b.unsqueeze(0)
+    b = b.expand(shape4)
+    return padded_empty(shape4, b.dtype, b.device).copy_(b) if copy else b
 
 
 def padded_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -329,7 +305,7 @@ def padded_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return (H * L * sp, L * sp, sp, 1)
 
 
-def _padded_empty(shape: tuple, dtype: torch.dtype, device: torch.device) -> Tensor:
+def padded_empty(shape: tuple, dtype: torch.dtype, device: torch.device) -> Tensor:
     sp = -(-shape[-1] // 8) * 8
     return torch.empty(*shape[:-1], sp, dtype=dtype, device=device)[..., : shape[-1]]
 
@@ -355,7 +331,7 @@ def _sdpa_kwargs(lw: Lowering, head_dim: int, bias_t: Any, emitter: Optional[Emi
 
 
 def _input_tensors(g: Any, inputs: Sequence[Meta]) -> list:
-    return [g.tensor(name=f"in{i}", dim=list(m[0]), stride=list(m[1]), data_type=_F32, uid=_UID.INPUTS + i)
+    return [g.tensor(name=f"in{i}", dim=list(m[0]), stride=list(m[1]), data_type=_F32, uid=UID.INPUTS + i)
             for i, m in enumerate(inputs)]
 
 
@@ -363,11 +339,11 @@ def _emitter(g: Any, lw: Lowering, inputs: Sequence[Meta]) -> tuple[Optional[Emi
     if not lw.emitted:
         return None, []
     ts = _input_tensors(g, inputs)
-    uids = [_UID.INPUTS + i for i in range(len(inputs))]
+    uids = [UID.INPUTS + i for i in range(len(inputs))]
     consts = {v: g.tensor(name=f"c{j}", dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=_F32,
-                          uid=_UID.CONSTS + j, is_pass_by_value=True)
+                          uid=UID.CONSTS + j, is_pass_by_value=True)
               for j, v in enumerate(lw.constants)}
-    uids += [_UID.CONSTS + j for j in range(len(consts))]
+    uids += [UID.CONSTS + j for j in range(len(consts))]
     return Emitter(lw, ts, consts, inputs_full(lw)), uids
 
 
@@ -422,37 +398,37 @@ def define_forward(g: Any, io: Any, lw: Lowering, q: Meta, k: Meta, v: Meta, b4:
     """Add the forward SDPA node to ``g``; returns the operand uids in execute order."""
     B, H, L, _ = q[0]
     o_shape = [B, H, L, v[0][3]]
-    qt, kt, vt = _tensor(g, "q", q, io, _UID.Q), _tensor(g, "k", k, io, _UID.K), _tensor(g, "v", v, io, _UID.V)
-    bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
+    qt, kt, vt = _tensor(g, "q", q, io, UID.Q), _tensor(g, "k", k, io, UID.K), _tensor(g, "v", v, io, UID.V)
+    bt = None if b4 is None else _tensor(g, "bias", b4, io, UID.BIAS)
     em, in_uids = _emitter(g, lw, inputs)
     o, stats = g.sdpa(name="sdpa_fwd", q=qt, k=kt, v=vt, generate_stats=True, **_sdpa_kwargs(lw, q[0][3], bt, em))
-    o.set_uid(_UID.O).set_output(True).set_dim(o_shape).set_stride(list(o_stride)).set_data_type(io)
-    stats.set_uid(_UID.STATS).set_output(True).set_dim([B, H, L, 1]).set_stride([H * L, L, 1, 1]).set_data_type(_F32)
-    return [_UID.Q, _UID.K, _UID.V, _UID.O, _UID.STATS] + ([] if bt is None else [_UID.BIAS]) + in_uids
+    o.set_uid(UID.O).set_output(True).set_dim(o_shape).set_stride(list(o_stride)).set_data_type(io)
+    stats.set_uid(UID.STATS).set_output(True).set_dim([B, H, L, 1]).set_stride([H * L, L, 1, 1]).set_data_type(_F32)
+    return [UID.Q, UID.K, UID.V, UID.O, UID.STATS] + ([] if bt is None else [UID.BIAS]) + in_uids
 
 
 def define_backward(g: Any, io: Any, lw: Lowering, q: Meta, k: Meta, v: Meta, o: Meta, do: Meta,
                     b4: Optional[Meta], need_dbias: bool, grad_strides: tuple, inputs: Sequence[Meta] = ()) -> list[int]:
     """Add the backward SDPA node to ``g`` (with a dBias output only if ``need_dbias``)."""
     B, H, L, _ = q[0]
-    qt, kt, vt = _tensor(g, "q", q, io, _UID.Q), _tensor(g, "k", k, io, _UID.K), _tensor(g, "v", v, io, _UID.V)
-    ot, dot = _tensor(g, "o", o, io, _UID.O), _tensor(g, "dO", do, io, _UID.DO)
-    st = g.tensor(name="stats", dim=[B, H, L, 1], stride=[H * L, L, 1, 1], data_type=_F32, uid=_UID.STATS)
-    bt = None if b4 is None else _tensor(g, "bias", b4, io, _UID.BIAS)
+    qt, kt, vt = _tensor(g, "q", q, io, UID.Q), _tensor(g, "k", k, io, UID.K), _tensor(g, "v", v, io, UID.V)
+    ot, dot = _tensor(g, "o", o, io, UID.O), _tensor(g, "dO", do, io, UID.DO)
+    st = g.tensor(name="stats", dim=[B, H, L, 1], stride=[H * L, L, 1, 1], data_type=_F32, uid=UID.STATS)
+    bt = None if b4 is None else _tensor(g, "bias", b4, io, UID.BIAS)
     em, in_uids = _emitter(g, lw, inputs)
     kw = _sdpa_kwargs(lw, q[0][3], bt, em, backward=True)
     dbt = None
     if need_dbias and b4 is not None:
         # dBias in the io type even for a float32 bias: cuDNN 9.19 and 9.27 build no plan with a float32 dBias
-        dbt = _tensor(g, "dBias", (b4[0], padded_strides(b4[0])), io, _UID.DBIAS)
+        dbt = _tensor(g, "dBias", (b4[0], padded_strides(b4[0])), io, UID.DBIAS)
         kw["dBias"] = dbt
     dq, dk, dv = g.sdpa_backward(name="sdpa_bwd", q=qt, k=kt, v=vt, o=ot, dO=dot, stats=st, **kw)
-    for t, uid, ref, stride in zip((dq, dk, dv), (_UID.DQ, _UID.DK, _UID.DV), (q, k, v), grad_strides):
+    for t, uid, ref, stride in zip((dq, dk, dv), (UID.DQ, UID.DK, UID.DV), (q, k, v), grad_strides):
         t.set_uid(uid).set_output(True).set_dim(list(ref[0])).set_stride(list(stride)).set_data_type(io)
     if dbt is not None:
         dbt.set_output(True)
-    uids = [_UID.Q, _UID.K, _UID.V, _UID.O, _UID.DO, _UID.STATS, _UID.DQ, _UID.DK, _UID.DV]
-    return uids + ([] if bt is None else [_UID.BIAS]) + ([] if dbt is None else [_UID.DBIAS]) + in_uids
+    uids = [UID.Q, UID.K, UID.V, UID.O, UID.DO, UID.STATS, UID.DQ, UID.DK, UID.DV]
+    return uids + ([] if bt is None else [UID.BIAS]) + ([] if dbt is None else [UID.DBIAS]) + in_uids
 
 
 def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -468,136 +444,33 @@ def _input_operands(inputs: Sequence[Tensor]) -> list[Tensor]:
     bench/probes/probe_fuzz.py; per-batch terms are kept off cuDNN instead: ir.extract_bh_terms strict)."""
     return [_operand(t.float()) if t.dtype != torch.float32 else _operand(t) for t in inputs]
 
+# --------------------------------------------------------------------------- one call
 
-# --------------------------------------------------------------------------- fully-masked rows
-#
-# A query row whose keys are all masked must give output 0 and lse -inf (eager; flex). cuDNN gets
-# this right for a -inf *bias* without a score_mod, but not for masks emitted inside a score_mod or a
-# -inf bias together with one (differential fuzzer): te_compile sets those rows itself. The
-# rows of an emitted mask depend only on (q_idx, kv_idx) (per-batch and (b, h)-compared terms are
-# kept off cuDNN), so they are computed once per (mask, L, S).
+@dataclasses.dataclass(frozen=True, slots=True)
+class Launch:
+    """How a call whose operands cuDNN takes as they are launches its graph (te_compile.cudnn.runners keeps one
+    per call signature): the built graph, the layouts of what the call allocates, the constant buffers."""
 
-
-@functools.lru_cache(maxsize=256)
-def _empty_rows_of_mask(mask_mod: str, L: int, S: int, device: torch.device) -> Optional[Tensor]:
-    from .. import ir
-    from ..reference import index_grids
-
-    grids = index_grids(1, 1, L, S, torch.device("cpu"))
-    keep = ir.evaluate(ir.parse(mask_mod), grids).to(torch.bool).expand(1, 1, L, S)
-    rows = ~keep.any(dim=-1)  # [1, 1, L]
-    return _outside_cudagraph_pool(rows, device) if bool(rows.any()) else None
-
-
-def _outside_cudagraph_pool(t: Tensor, device: torch.device) -> Tensor:
-    """``t`` copied to ``device`` for a cache that outlives the call.
-
-    Under mode="reduce-overhead" the first (warm-up) call runs with every allocation of the calling
-    thread routed into the CUDA-graph pool (torch 2.11: ``_cuda_beginAllocateCurrentThreadToPool``,
-    whatever the stream), and cudagraph trees refuse to record while a pool block is held by anything
-    but a graph output ("tensor(s) in the cudagraph pool not tracked as outputs"). So the copy is
-    made on a short-lived thread, from the ordinary allocator, and finished before it is used (the
-    tensor is cached for good, so no later stream ever frees it)."""
-    if device.type != "cuda":
-        return t.to(device)
-    box: dict = {}
-
-    def copy() -> None:
-        try:
-            with torch.cuda.device(device):
-                box["out"] = t.to(device)
-                torch.cuda.current_stream(device).synchronize()
-        except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
-            box["err"] = e
-    th = threading.Thread(target=copy, name="te_compile-cache-copy")
-    th.start()
-    th.join()
-    if "err" in box:
-        raise box["err"]
-    return box["out"]
-
-
-def _empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor]) -> Optional[Tensor]:
-    """[B|1, H|1, L] True where a query row has no key left, or None (no such rows possible)."""
-    rows = None
-    if spec.mask_mod and lower(spec, (q.shape[2], k.shape[2])).band is None and not _refs_inputs(spec.mask_mod):
-        rows = _empty_rows_of_mask(spec.mask_mod, q.shape[2], k.shape[2], q.device)
-    if bias is not None and (spec.score or spec.empty_rows):
-        b = torch.isneginf(bias).all(dim=-1)
-        while b.dim() < 3:
-            b = b.unsqueeze(0)
-        rows = b if rows is None else (rows | b)
-    return rows
-
-
-def _refs_inputs(text: str) -> bool:
-    return "(in " in text
-
-
-def _fix_empty_rows(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor], out: Tensor,
-                    lse: Tensor) -> None:
-    if not (spec.mask_mod or ((spec.score or spec.empty_rows) and bias is not None)):
-        return
-    rows = _empty_rows(spec, q, k, bias)
-    if rows is not None:
-        out.masked_fill_(rows.unsqueeze(-1), 0.0)
-        lse.masked_fill_(rows, float("-inf"))
-
-
-@functools.lru_cache(maxsize=1024)
-def _may_have_empty_rows(spec: AttentionSpec, L: int, S: int, has_bias: bool) -> bool:
-    """Can a query row of this call have every key masked (lse = -inf)? Not with no mods and no bias, nor
-    with a mask_mod that cuDNN's native band serves alone: that band always holds the diagonal (or, causal,
-    every key up to it) and exists only for L <= S when it has a left bound (te_compile.cudnn.lowering)."""
-    if not (spec.mask_mod or spec.score or has_bias):
-        return False
-    lw = lower(spec, (L, S))
-    return not (lw.band is not None and not spec.score and not has_bias and not lw.alibi)
-
-
-def guard_lse(lse: Tensor) -> Tensor:
-    """lse for cuDNN's backward: fully-masked rows (lse = -inf) get a huge lse, which makes cuDNN's
-    P = exp(s - lse) exactly 0 there, so their gradients are 0 as in eager (cuDNN's own -inf handling is
-    not reliable with score_mods). One kernel (NaN and +inf stay as they are)."""
-    return torch.nan_to_num(lse, nan=math.nan, posinf=math.inf, neginf=1e30)
-
-
-def _prefix_split(spec: AttentionSpec, q: Tensor, k: Tensor, bias: Optional[Tensor]) -> Any:
-    """The prefix-LM split of a mask_mod-only call (forward and backward take the same one), else None."""
-    if spec.mask_mod and not spec.score and bias is None:
-        return prefix.split(spec, q.shape[2], k.shape[2])
-    return None
+    built: "_Built"
+    consts: tuple  # the pass-by-value constant buffers (CPU float32 scalars), after the inputs
+    reads_inputs: bool  # the (in i) inputs are operands (native ALiBi reads none)
+    out_shape: tuple = ()  # forward: out (lse is [B, H, L] float32, contiguous)
+    out_stride: tuple = ()
+    grad_strides: tuple = ()  # backward: dq, dk, dv
+    need_dbias: bool = False
+    bias_shape: tuple = ()  # the bias as the graph reads it, [1|B, 1|H, L, S] ((): no bias)
+    bias_copy: bool = False  # each call copies the bias into a padded buffer first (cuDNN cannot read it in place)
 
 
 def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
-            inputs=()) -> tuple[Tensor, Tensor]:
-    sp = _prefix_split(spec, q, k, bias)
-    if sp is not None:  # a prefix-LM mask: two native calls (te_compile.cudnn.prefix)
-        return prefix.forward(forward, q, k, v, sp)
-    out, lse = _forward(q, k, v, bias, spec, inputs)
-    _fix_empty_rows(spec, q, k, bias, out, lse)
-    return out, lse
-
-
-def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: AttentionSpec,
-             inputs=()) -> tuple[Tensor, Tensor]:
-    raw = (q, k, v, bias, *inputs)
-    sig = signature("fwd", spec, None, raw)
-    plan = _plans.get(sig)
-    if plan is not None and _aligned(raw):
-        dev = q.device
-        h = handle(dev)
-        out = torch.empty_strided(plan.out_shape, plan.out_stride, dtype=q.dtype, device=dev)
-        lse = torch.empty_strided(plan.lse_shape, plan.lse_stride, dtype=torch.float32, device=dev)
-        buffers = [q, k, v, out, lse] + ([] if bias is None else [bias]) + (list(inputs) if plan.reads_inputs else [])
-        buffers += plan.consts
-        plan.built.run(buffers, plan.built.workspace_for(dev), h)
-        return out, lse
+            inputs: Sequence[Tensor] = ()) -> tuple[Tensor, Tensor, Optional[Launch]]:
+    """One cuDNN forward call: (out, lse, launch), ``launch`` None when an operand had to be copied or cast
+    first (the next call with this signature must do the same). Raises ``Unsupported``."""
     lw = lower(spec, (q.shape[2], k.shape[2]), heads=q.shape[1])
     if lw.unsupported:
         raise Unsupported(lw.unsupported)
-    inputs = () if lw.alibi else inputs  # native ALiBi reads no slope input
-    q0, k0, v0, inputs0 = q, k, v, tuple(inputs)
+    inputs = () if lw.alibi else tuple(inputs)  # native ALiBi reads no slope input
+    q0, k0, v0, inputs0 = q, k, v, inputs
     inputs = _input_operands(inputs)
     io = _io_type(q, bias, k, v)
     _check_shapes(q, k, v)
@@ -619,78 +492,30 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atte
     built = cache.get(key, build)
     out = torch.empty_strided(o_shape, o_stride, dtype=q.dtype, device=q.device)
     lse = torch.empty((B, H, L), dtype=torch.float32, device=q.device)
-    consts = list(_const_buffers(lw))
-    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + inputs + consts
-    ws = new_workspace(built.workspace, q.device)
-    built.run(buffers, ws, h)
-    if (q is q0 and k is k0 and v is v0 and _same(bias, b4)
-            and all(a is b for a, b in zip(inputs, inputs0))):
-        _remember(sig, CallPlan(built, tuple(consts), out_shape=o_shape, out_stride=o_stride, lse_shape=(B, H, L),
-                                lse_stride=(H * L, L, 1), reads_inputs=not lw.alibi))
-    return out, lse
+    consts = _const_buffers(lw)
+    buffers = [q, k, v, out, lse] + ([] if b4 is None else [b4]) + inputs + list(consts)
+    built.run(buffers, new_workspace(built.workspace, q.device), h)
+    as_they_are = q is q0 and k is k0 and v is v0 and all(a is b for a, b in zip(inputs, inputs0))
+    launch = Launch(built, consts, not lw.alibi, out_shape=o_shape, out_stride=o_stride,
+                    **_bias_fields(bias, b4)) if as_they_are else None
+    return out, lse, launch
 
 
-#: extra head-dim columns that carry dlse into cuDNN's backward (a multiple of 8, cuDNN's granule)
-_DLSE_PAD = 8
-
-
-def _with_dlse(dout: Tensor, v: Tensor, out: Tensor, dlse: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(dout', v', out') such that cuDNN's backward on them computes the gradient with dlse.
-
-    cuDNN's backward reads O only through delta = rowsum(dO * O), and dS = P * (dP - delta). The
-    gradient through lse adds P * dlse: dS = P * (dP - (delta - dlse)). Two extra columns with
-    dO' = 1 and O' = -dlse (split into a bf16/fp16 high and low part, so dlse keeps ~16 bits)
-    subtract dlse from delta; V' = 0 there keeps dP unchanged, and dV's extra columns are dropped."""
-    neg = (-dlse.float()).unsqueeze(-1)
-    hi = neg.to(out.dtype)
-    lo = (neg - hi.float()).to(out.dtype)
-    zeros_o = out.new_zeros(*out.shape[:-1], _DLSE_PAD - 2)
-    ones = dout.new_ones(*dout.shape[:-1], 2)
-    out2 = torch.cat([out, hi, lo, zeros_o], dim=-1)
-    dout2 = torch.cat([dout, ones, dout.new_zeros(*dout.shape[:-1], _DLSE_PAD - 2)], dim=-1)
-    v2 = torch.cat([v, v.new_zeros(*v.shape[:-1], _DLSE_PAD)], dim=-1)
-    return dout2, v2, out2
+def _bias_fields(bias: Optional[Tensor], b4: Optional[Tensor]) -> dict:
+    if bias is None:
+        return {}
+    return {"bias_shape": tuple(b4.shape), "bias_copy": b4.data_ptr() != bias.data_ptr()}
 
 
 def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
-             spec: AttentionSpec, need_dbias: bool, inputs=(), dlse: Optional[Tensor] = None
-             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    sp = _prefix_split(spec, q, k, bias)
-    if sp is not None:  # a prefix-LM mask: two native calls (te_compile.cudnn.prefix)
-        return prefix.backward(backward, dout, q, k, v, out, lse, sp, dlse)
-    if _may_have_empty_rows(spec, q.shape[2], k.shape[2], bias is not None):
-        lse = guard_lse(lse)
-    if dlse is not None:
-        dv_cols = v.shape[-1]
-        dout, v2, out = _with_dlse(dout, v, out, dlse)
-        dq, dk, dv, dbias = backward(dout, q, k, v2, out, lse, bias, spec, need_dbias, inputs)
-        dv = dv[..., :dv_cols]
-        return dq, dk, empty_like_layout(v.shape, v).copy_(dv), dbias
-    return _backward(dout, q, k, v, out, lse, bias, spec, need_dbias, inputs)
-
-
-def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
-              spec: AttentionSpec, need_dbias: bool, inputs=()) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    raw = (dout, q, k, v, out, lse, bias, *inputs)
-    sig = signature("bwd", spec, bool(need_dbias), raw)
-    plan = _plans.get(sig)
-    if plan is not None and _aligned(raw):
-        h = handle(q.device)
-        dq, dk, dv = (torch.empty_strided(t.shape, st, dtype=t.dtype, device=t.device)
-                      for t, st in zip((q, k, v), plan.grad_strides))
-        buffers = [q, k, v, out, dout, lse, dq, dk, dv] + ([] if bias is None else [bias])
-        dbias = _padded_empty(tuple(bias.shape), q.dtype, q.device) if plan.need_dbias else q.new_empty((0,))
-        if plan.need_dbias:
-            buffers.append(dbias)
-        buffers += (list(inputs) if plan.reads_inputs else []) + list(plan.consts)
-        plan.built.run(buffers, plan.built.workspace_for(q.device), h)
-        # a float32 bias (a learned table's) gets its dBias in float32, as the slow path and the op's fake say
-        return dq, dk, dv, (dbias.to(bias.dtype) if plan.need_dbias else dbias).contiguous()
+             spec: AttentionSpec, need_dbias: bool, inputs: Sequence[Tensor] = ()
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor, Optional[Launch]]:
+    """One cuDNN backward call: (dq, dk, dv, dbias, launch), ``launch`` as in ``forward``. Raises ``Unsupported``."""
     lw = lower(spec, (q.shape[2], k.shape[2]), heads=q.shape[1])
     if lw.unsupported:
         raise Unsupported(lw.unsupported)
-    inputs = () if lw.alibi else inputs  # native ALiBi reads no slope input
-    raw_ops = (q, k, v, out, dout, lse, tuple(inputs))
+    inputs = () if lw.alibi else tuple(inputs)  # native ALiBi reads no slope input
+    raw_ops = (q, k, v, out, dout, lse, inputs)
     inputs = _input_operands(inputs)
     io = _io_type(q, bias, k, v, out, dout)
     _check_shapes(q, k, v)
@@ -714,18 +539,21 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
     dq, dk, dv = (torch.empty_strided(tuple(t.shape), st, dtype=t.dtype, device=t.device)
                   for t, st in zip((q, k, v), grad_strides))
     buffers = [q, k, v, out, dout, lse, dq, dk, dv] + ([] if b4 is None else [b4])
-    dbias4 = _padded_empty(tuple(b4.shape), q.dtype, q.device) if need_dbias else None
-    consts = list(_const_buffers(lw))
-    buffers += ([dbias4] if need_dbias else []) + inputs + consts
-    ws = new_workspace(built.workspace, q.device)
-    built.run(buffers, ws, h)
-    unchanged = all(a is b for a, b in zip((q, k, v, out, dout, lse), raw_ops[:6]))
-    unchanged = unchanged and all(a is b for a, b in zip(inputs, raw_ops[6])) and _same(bias, b4)
-    if unchanged and (bias is None or b4.shape == bias.shape):
-        plan = CallPlan(built, tuple(consts), grad_strides=grad_strides, need_dbias=need_dbias, reads_inputs=not lw.alibi)
-        _remember(sig, plan)
-    if dbias4 is None:
-        return dq, dk, dv, q.new_empty((0,))
-    dbias = dbias4.sum_to_size(bias.shape).reshape(bias.shape).to(bias.dtype).contiguous()
-    return dq, dk, dv, dbias
+    dbias4 = padded_empty(tuple(b4.shape), q.dtype, q.device) if need_dbias else None
+    consts = _const_buffers(lw)
+    buffers += ([dbias4] if need_dbias else []) + inputs + list(consts)
+    built.run(buffers, new_workspace(built.workspace, q.device), h)
+    as_they_are = all(a is b for a, b in zip((q, k, v, out, dout, lse), raw_ops[:6]))
+    launch = None
+    if as_they_are and all(a is b for a, b in zip(inputs, raw_ops[6])):
+        launch = Launch(built, consts, not lw.alibi, grad_strides=grad_strides, need_dbias=need_dbias,
+                        **_bias_fields(bias, b4))
+    return dq, dk, dv, dbias_of(dbias4, bias, q), launch
 
+
+def dbias_of(dbias4: Optional[Tensor], bias: Optional[Tensor], q: Tensor) -> Tensor:
+    """The bias's gradient from the graph's dBias output (summed over the dims the bias broadcasts), in the
+    bias's dtype (a learned table's float32 bias gets a float32 gradient); an empty placeholder without one."""
+    if dbias4 is None:
+        return q.new_empty((0,))
+    return dbias4.sum_to_size(bias.shape).reshape(bias.shape).to(bias.dtype).contiguous()

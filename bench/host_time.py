@@ -1,0 +1,172 @@
+"""Host time per call: te_compile's ops and compiled flex calls against aten's cuDNN SDPA and Inductor (GPU).
+
+    python3 bench/host_time.py [--shapes "2,16,4096,128;1,1,256,64"] [--json docs/data/host-time.json]
+
+In one process, per shape:
+* the te ops called as a compiled graph calls them (no autograd history): ``attn_fwd`` / ``attn_bwd`` on the
+  native call path and on the Python path (te_compile.cudnn.native off), against aten's cuDNN SDPA ops
+  (``_scaled_dot_product_cudnn_attention`` and its backward), for no mask and causal;
+* compiled flex forward calls (no grad): te_compile (serve="always") against plain torch.compile (Inductor), for
+  no mask, causal, a sliding window and softcap.
+
+Host µs per call: a loop of calls without a sync, timed on the host (the median of --repeats loops); short
+kernels cannot hide it, long ones queue behind it. Kernel µs per call: the profiler's CUDA time. Every row is
+printed and written, the ones te_compile loses included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+
+def host_us(fn: Callable, iters: int, repeats: int) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        runs.append((time.perf_counter() - t0) / iters * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(runs)
+
+
+def kernel_us(fn: Callable, calls: int = 10) -> float:
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    return sum(e.self_device_time_total for e in prof.key_averages()
+               if e.device_type == torch.autograd.DeviceType.CUDA) / calls
+
+
+def op_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> list[dict]:
+    from te_compile.cudnn import native
+    from te_compile.spec import AttentionSpec
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, dout = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+    aten_fwd = torch.ops.aten._scaled_dot_product_cudnn_attention.default
+    aten_bwd = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
+    rows = []
+    for causal in (False, True):
+        spec = AttentionSpec(mask="causal" if causal else "none").key()
+        with torch.no_grad():
+            o, lse, cq, ck, mq, mk, seed, off, _ = aten_fwd(q, k, v, None, True, 0.0, causal, False)
+            calls = {
+                "aten cuDNN SDPA fwd": lambda: aten_fwd(q, k, v, None, True, 0.0, causal, False),
+                "aten cuDNN SDPA bwd": lambda: aten_bwd(dout, q, k, v, o, lse, seed, off, None, cq, ck, mq, mk, 0.0,
+                                                        causal),
+            }
+            # the overloads themselves, as a compiled graph calls them (and as aten's are called here)
+            te_fwd, te_bwd = torch.ops.te_compile.attn_fwd.default, torch.ops.te_compile.attn_bwd.default
+            te_out, te_lse = te_fwd(q, k, v, None, [], spec)
+            te = {"te op fwd": lambda: te_fwd(q, k, v, None, [], spec),
+                  "te op bwd": lambda: te_bwd(dout, q, k, v, te_out, te_lse, None, [], spec, False)}
+            for path in ("native", "python"):
+                if path == "python":
+                    native.disable()
+                for name, fn in te.items():
+                    calls[f"{name} ({path})"] = fn
+                    rows.append(_row(f"{name} ({path})", (B, H, L, D), "causal" if causal else "none", fn, iters,
+                                     repeats, log))
+                native.enable()
+            for name in ("aten cuDNN SDPA fwd", "aten cuDNN SDPA bwd"):
+                rows.append(_row(name, (B, H, L, D), "causal" if causal else "none", calls[name], iters, repeats, log))
+    return rows
+
+
+def _row(name: str, shape: tuple, variant: str, fn: Callable, iters: int, repeats: int, log) -> dict:
+    row = {"call": name, "shape": list(shape), "variant": variant, "host_us": host_us(fn, iters, repeats),
+           "kernel_us": kernel_us(fn)}
+    log(f"{name:32s} {str(list(shape)):20s} {variant:16s} host {row['host_us']:7.1f} us   "
+        f"kernels {row['kernel_us']:8.1f} us")
+    return row
+
+
+def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> list[dict]:
+    import te_compile
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    W = min(1024, L // 4)
+    masks = {"none": None, "causal": lambda b, h, q, kv: q >= kv,
+             "sliding window": lambda b, h, q, kv: (q >= kv) & (q - kv <= W), "softcap": None}
+    rows = []
+    for variant, mask in masks.items():
+        bm = create_block_mask(mask, 1, 1, L, L, device="cuda") if mask is not None else None
+        score = (lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0)) if variant == "softcap" else None
+
+        def fn(q, k, v):
+            return flex_attention(q, k, v, score_mod=score, block_mask=bm)
+        for impl, backend in (("te_compile", te_compile.backend(serve="always")), ("Inductor", "inductor")):
+            torch._dynamo.reset()
+            compiled = torch.compile(fn, backend=backend, dynamic=False)
+            with torch.no_grad():
+                rows.append(_row(f"compiled flex fwd ({impl})", (B, H, L, D), variant, lambda: compiled(q, k, v), iters,
+                                 repeats, log))
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="2,16,4096,128;1,1,256,64", help="B,H,L,D shapes, ';'-separated")
+    p.add_argument("--iters", type=int, default=50, help="calls per timed loop (default 50)")
+    p.add_argument("--repeats", type=int, default=15, help="timed loops per row; the median is kept (default 15)")
+    p.add_argument("--json", default="", help="write the rows here (with the card, host and versions)")
+    a = p.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench/host_time.py: no CUDA GPU here (torch.cuda.is_available() is False)")
+    import torch._inductor.config as ic
+    ic.compile_threads = 1  # compile workers starting in the background slow the host (docs/cudnn-notes.md)
+    from te_compile.cudnn import native
+    print(f"native call path: {native.enable()}", flush=True)
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    rows = []
+    for shape in a.shapes.split(";"):
+        B, H, L, D = (int(x) for x in shape.split(","))
+        rows += op_rows(B, H, L, D, a.iters, a.repeats, log)
+        rows += flex_rows(B, H, L, D, a.iters, a.repeats, log)
+    if a.json:
+        save(a.json, rows)
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def save(path: str, rows: list) -> None:
+    from te_compile.cudnn import native
+    from te_compile.cudnn.versions import running
+    meta = {"device": torch.cuda.get_device_name(), "host": f"{_cpu()}, {os.cpu_count()} cores",
+            "torch": torch.__version__, "cudnn": running(), "native": native.status(),
+            "date": datetime.date.today().isoformat()}
+    with open(path, "w") as f:
+        json.dump({**meta, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

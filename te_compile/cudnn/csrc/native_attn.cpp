@@ -1,0 +1,649 @@
+// The native call path of te_compile's attention ops: their CUDA and Autograd kernels in C++.
+//
+// A call is one lookup of the runner for its signature (the spec string and each tensor's dtype, device,
+// sizes, strides and 16-byte alignment), the allocations, and one execute of a cuDNN execution plan with a
+// variant pack of raw pointers on PyTorch's current stream. Python builds each runner once
+// (te_compile.cudnn.runners: the graph, the emitted score_mod, the decisions that depend only on the
+// signature) and registers it here: the plan as the cuDNN backend serializes it, and every slot of its variant
+// pack (an operand, a constant the frontend embedded, or a place in the workspace). A signature not held here
+// goes to Python (the miss handlers), which serves the call and may register it.
+//
+// cuDNN is reached through the libcudnn.so.9 this process has loaded (torch's, or a preloaded newer one): the
+// library the Python frontend built the plan with. Only cuDNN's C API is used (no C++ frontend, no iostreams).
+
+#include <torch/extension.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+
+#include <cudnn.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+using at::Tensor;
+using OptTensor = std::optional<Tensor>;
+
+bool debug() {
+    static bool on = std::getenv("TE_COMPILE_NATIVE_DEBUG") != nullptr;
+    return on;
+}
+
+#define TE_DEBUG(msg)                                            \
+    do {                                                         \
+        if (debug()) std::fprintf(stderr, "te_compile native: %s\n", msg); \
+    } while (0)
+
+
+// Operand uids, as te_compile.cudnn.graphs.UID defines them (checked from Python at load: ``uids()``).
+enum Uid : int64_t {
+    UID_Q = 1, UID_K = 2, UID_V = 3, UID_BIAS = 4, UID_O = 100, UID_STATS = 101,
+    UID_DO = 200, UID_DQ = 201, UID_DK = 202, UID_DV = 203, UID_DBIAS = 204,
+    UID_INPUTS = 300, UID_CONSTS = 400,
+};
+
+// --------------------------------------------------------------------------- signatures
+
+struct Key {
+    std::string spec;
+    std::vector<int64_t> geo;
+    bool operator==(Key const &o) const { return geo == o.geo && spec == o.spec; }
+};
+
+struct KeyHash {
+    size_t operator()(Key const &k) const {
+        size_t h = std::hash<std::string>()(k.spec);
+        for (int64_t x : k.geo) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
+        return h;
+    }
+};
+
+inline void add_tensor(std::vector<int64_t> &g, Tensor const *t) {
+    if (t == nullptr || !t->defined()) {
+        g.push_back(-1);
+        return;
+    }
+    g.push_back(static_cast<int64_t>(t->scalar_type()));
+    g.push_back(static_cast<int64_t>(t->device().type()) * 1024 + t->device().index());
+    g.push_back(t->dim());
+    for (int64_t s : t->sizes()) g.push_back(s);
+    for (int64_t s : t->strides()) g.push_back(s);
+    g.push_back(reinterpret_cast<uintptr_t>(t->data_ptr()) % 16 == 0);
+}
+
+Key fwd_key(Tensor const &q, Tensor const &k, Tensor const &v, OptTensor const &bias, at::TensorList extra,
+            c10::string_view spec) {
+    Key key{std::string(spec.data(), spec.size()), {}};
+    key.geo.reserve(16 * (4 + extra.size()));
+    key.geo.push_back(0);
+    add_tensor(key.geo, &q);
+    add_tensor(key.geo, &k);
+    add_tensor(key.geo, &v);
+    add_tensor(key.geo, bias ? &*bias : nullptr);
+    for (auto const &t : extra) add_tensor(key.geo, &t);
+    return key;
+}
+
+Key bwd_key(Tensor const &dout, Tensor const &q, Tensor const &k, Tensor const &v, Tensor const &out,
+            Tensor const &lse, OptTensor const &bias, at::TensorList extra, c10::string_view spec, bool need_dbias) {
+    Key key{std::string(spec.data(), spec.size()), {}};
+    key.geo.reserve(16 * (7 + extra.size()));
+    key.geo.push_back(need_dbias ? 2 : 1);
+    for (Tensor const *t : {&dout, &q, &k, &v, &out, &lse}) add_tensor(key.geo, t);
+    add_tensor(key.geo, bias ? &*bias : nullptr);
+    for (auto const &t : extra) add_tensor(key.geo, &t);
+    return key;
+}
+
+// --------------------------------------------------------------------------- runners
+
+// One slot of a plan's variant pack: an operand of the call (by uid), a constant, or a place in the workspace.
+struct Slot {
+    enum Kind { OPERAND, HOST, WORKSPACE } kind;
+    int64_t uid;
+    int64_t offset;  // HOST: index into Runner::host; WORKSPACE: byte offset
+};
+
+struct Runner {
+    cudnnBackendDescriptor_t plan = nullptr;  // finalized execution plan (kept for the process)
+    int64_t workspace = 0;                    // bytes: the frontend's part first, then the engine's
+    int64_t engine_offset = 0;                // where the engine's workspace starts
+    std::vector<int64_t> uids;
+    std::vector<Slot> slots;
+    std::vector<std::array<uint8_t, 8>> host;  // pass-by-value constants, as the plan reads them
+    int64_t n_inputs = 0;
+    // forward
+    std::vector<int64_t> out_shape, out_stride, lse_shape;
+    Tensor rows;             // [1, 1, L] bool: rows the mask empties (undefined: none)
+    bool bias_rows = false;  // look for rows the bias masks entirely, per call
+    bool block = false;      // the call carries a BlockMask, which must be one Python checked
+    std::vector<int64_t> bias_shape;  // the bias as the plan reads it, [1|B, 1|H, L, S]
+    bool bias_copy = false;           // copied into a padded buffer each call (cuDNN cannot read it in place)
+    // backward
+    std::vector<std::vector<int64_t>> grad_strides;
+    bool need_dbias = false;
+    bool guard_lse = false;
+};
+
+std::shared_mutex g_mutex;
+std::unordered_map<Key, std::shared_ptr<Runner>, KeyHash> g_fwd, g_bwd;
+// BlockMasks Python has checked: (spec, B, H, L, S, then each BlockMask and input tensor's pointer, version,
+// sizes and strides)
+std::unordered_set<Key, KeyHash> g_blocks;
+constexpr size_t kMaxRunners = 4096;
+constexpr size_t kMaxBlocks = 1024;
+
+std::atomic<int64_t> g_hits{0}, g_misses{0};
+
+// Python callables (never freed: they must outlive every call, and Python may be finalizing when statics die)
+py::object *g_fwd_miss = nullptr, *g_bwd_miss = nullptr, *g_grad_fwd = nullptr;
+
+std::shared_ptr<Runner> find(std::unordered_map<Key, std::shared_ptr<Runner>, KeyHash> &table, Key const &key) {
+    std::shared_lock<std::shared_mutex> lock(g_mutex);
+    auto it = table.find(key);
+    return it == table.end() ? nullptr : it->second;
+}
+
+Key block_key(c10::string_view spec, Tensor const &q, Tensor const &k, at::TensorList extra) {
+    Key key{std::string(spec.data(), spec.size()), {q.size(0), q.size(1), q.size(2), k.size(2)}};
+    for (auto const &t : extra) {
+        key.geo.push_back(reinterpret_cast<intptr_t>(t.data_ptr()));
+        key.geo.push_back(static_cast<int64_t>(t._version()));
+        for (int64_t s : t.sizes()) key.geo.push_back(s);
+        key.geo.push_back(-2);
+        for (int64_t s : t.strides()) key.geo.push_back(s);
+        key.geo.push_back(-3);
+    }
+    return key;
+}
+
+bool block_known(c10::string_view spec, Tensor const &q, Tensor const &k, at::TensorList extra) {
+    Key key = block_key(spec, q, k, extra);
+    std::shared_lock<std::shared_mutex> lock(g_mutex);
+    return g_blocks.count(key) > 0;
+}
+
+// --------------------------------------------------------------------------- cuDNN
+
+struct Api {
+    void *lib = nullptr;
+    size_t (*get_version)() = nullptr;
+    const char *(*error_string)(cudnnStatus_t) = nullptr;
+    cudnnStatus_t (*create)(cudnnHandle_t *) = nullptr;
+    cudnnStatus_t (*set_stream)(cudnnHandle_t, cudaStream_t) = nullptr;
+    cudnnStatus_t (*create_descriptor)(cudnnBackendDescriptorType_t, cudnnBackendDescriptor_t *) = nullptr;
+    cudnnStatus_t (*destroy_descriptor)(cudnnBackendDescriptor_t) = nullptr;
+    cudnnStatus_t (*set_attribute)(cudnnBackendDescriptor_t, cudnnBackendAttributeName_t,
+                                   cudnnBackendAttributeType_t, int64_t, const void *) = nullptr;
+    cudnnStatus_t (*get_attribute)(cudnnBackendDescriptor_t const, cudnnBackendAttributeName_t,
+                                   cudnnBackendAttributeType_t, int64_t, int64_t *, void *) = nullptr;
+    cudnnStatus_t (*finalize)(cudnnBackendDescriptor_t) = nullptr;
+    cudnnStatus_t (*execute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t) = nullptr;
+} api;
+
+std::string status_text(cudnnStatus_t st) {
+    return std::to_string(static_cast<int>(st)) + " (" + (api.error_string ? api.error_string(st) : "?") + ")";
+}
+
+void check(cudnnStatus_t st, char const *what) {
+    if (st != CUDNN_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": cuDNN status " + status_text(st));
+}
+
+cudnnHandle_t handle_for(c10::DeviceIndex device, cudaStream_t stream) {
+    struct Bound {
+        cudnnHandle_t handle = nullptr;
+        cudaStream_t stream = nullptr;
+    };
+    thread_local std::unordered_map<int, Bound> handles;  // one per (thread, device), like te_compile.cudnn.graphs
+    Bound &b = handles[device];
+    if (b.handle == nullptr) {
+        check(api.create(&b.handle), "cudnnCreate");
+        b.stream = nullptr;
+        check(api.set_stream(b.handle, nullptr), "cudnnSetStream");
+    }
+    if (b.stream != stream) {
+        check(api.set_stream(b.handle, stream), "cudnnSetStream");
+        b.stream = stream;
+    }
+    return b.handle;
+}
+
+void *operand_pointer(Runner const &r, int64_t uid, Tensor const *const *small, at::TensorList inputs) {
+    if (uid >= UID_CONSTS) return nullptr;  // te_compile's constants are HOST slots
+    if (uid >= UID_INPUTS) return inputs[uid - UID_INPUTS].data_ptr();
+    int i = -1;
+    switch (uid) {
+        case UID_Q: i = 0; break;
+        case UID_K: i = 1; break;
+        case UID_V: i = 2; break;
+        case UID_BIAS: i = 3; break;
+        case UID_O: i = 4; break;
+        case UID_STATS: i = 5; break;
+        case UID_DO: i = 6; break;
+        case UID_DQ: i = 7; break;
+        case UID_DK: i = 8; break;
+        case UID_DV: i = 9; break;
+        case UID_DBIAS: i = 10; break;
+        default: break;
+    }
+    return (i < 0 || small[i] == nullptr) ? nullptr : small[i]->data_ptr();
+}
+
+// Runs the plan; false (nothing launched) when cuDNN refuses, so the caller can hand the call to Python.
+bool execute(Runner const &r, Tensor const &like, Tensor const *const *small, at::TensorList inputs) {
+    constexpr int kMax = 48;
+    int n = static_cast<int>(r.uids.size());
+    if (n > kMax) return false;
+    Tensor ws;
+    if (r.workspace > 0) ws = at::empty({r.workspace}, like.options().dtype(at::kByte));
+    char *base = r.workspace > 0 ? static_cast<char *>(ws.data_ptr()) : nullptr;
+    void *ptrs[kMax];
+    for (int i = 0; i < n; i++) {
+        Slot const &s = r.slots[i];
+        if (s.kind == Slot::OPERAND) ptrs[i] = operand_pointer(r, s.uid, small, inputs);
+        else if (s.kind == Slot::HOST) ptrs[i] = const_cast<uint8_t *>(r.host[s.offset].data());
+        else ptrs[i] = base + s.offset;
+        if (ptrs[i] == nullptr) return false;
+    }
+    void *engine_ws = base == nullptr ? nullptr : base + r.engine_offset;
+    auto stream = c10::cuda::getCurrentCUDAStream(like.device().index());
+    cudnnHandle_t h = handle_for(like.device().index(), stream.stream());
+    cudnnBackendDescriptor_t pack = nullptr;
+    if (api.create_descriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack) != CUDNN_STATUS_SUCCESS) return false;
+    bool ok = api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &engine_ws) ==
+                  CUDNN_STATUS_SUCCESS &&
+              api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs) ==
+                  CUDNN_STATUS_SUCCESS &&
+              api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, r.uids.data()) ==
+                  CUDNN_STATUS_SUCCESS &&
+              api.finalize(pack) == CUDNN_STATUS_SUCCESS && api.execute(h, r.plan, pack) == CUDNN_STATUS_SUCCESS;
+    api.destroy_descriptor(pack);
+    return ok;
+}
+
+// rows padded to 16 bytes, as cuDNN reads and writes bias / dBias (te_compile.cudnn.graphs.padded_empty)
+Tensor padded_empty(std::vector<int64_t> shape, at::TensorOptions const &options) {
+    int64_t s = shape.back();
+    shape.back() = (s + 7) / 8 * 8;
+    return at::empty(shape, options).narrow(-1, 0, s);
+}
+
+// The bias as the plan reads it (te_compile.cudnn.graphs.bias_operand).
+Tensor bias_operand(Runner const &r, OptTensor const &bias) {
+    if (!bias) return Tensor();
+    if (!r.bias_copy) return *bias;  // read in place: the same memory as its 4-D view
+    Tensor b = *bias;
+    while (b.dim() < 4) b = b.unsqueeze(0);
+    b = b.expand(r.bias_shape);
+    Tensor out = padded_empty(r.bias_shape, b.options());
+    out.copy_(b);
+    return out;
+}
+
+void fill_rows(Runner const &r, Tensor &out, Tensor &lse, OptTensor const &bias) {
+    Tensor rows = r.rows;
+    if (r.bias_rows && bias) {
+        Tensor b = at::isneginf(*bias).all(-1);
+        while (b.dim() < 3) b = b.unsqueeze(0);
+        rows = rows.defined() ? at::logical_or(rows, b) : b;
+    }
+    if (rows.defined()) {
+        out.masked_fill_(rows.unsqueeze(-1), 0.0);
+        lse.masked_fill_(rows, -std::numeric_limits<double>::infinity());
+    }
+}
+
+// --------------------------------------------------------------------------- the CUDA kernels
+
+std::tuple<Tensor, Tensor> python_forward(Tensor const &q, Tensor const &k, Tensor const &v, OptTensor const &bias,
+                                          at::TensorList extra, c10::string_view spec) {
+    g_misses++;
+    py::gil_scoped_acquire gil;
+    py::object res = (*g_fwd_miss)(q, k, v, bias, std::vector<Tensor>(extra.begin(), extra.end()),
+                                std::string(spec.data(), spec.size()));
+    return res.cast<std::tuple<Tensor, Tensor>>();
+}
+
+std::tuple<Tensor, Tensor> fwd_cuda(Tensor const &q, Tensor const &k, Tensor const &v, OptTensor const &bias,
+                                    at::TensorList extra, c10::string_view spec) {
+    auto r = find(g_fwd, fwd_key(q, k, v, bias, extra, spec));
+    if (!r || (r->block && !block_known(spec, q, k, extra))) return python_forward(q, k, v, bias, extra, spec);
+    c10::cuda::CUDAGuard guard(q.device());
+    Tensor out = at::empty_strided(r->out_shape, r->out_stride, q.options());
+    Tensor lse = at::empty(r->lse_shape, q.options().dtype(at::kFloat));
+    Tensor b4 = bias_operand(*r, bias);
+    Tensor const *small[11] = {&q, &k, &v, bias ? &b4 : nullptr, &out, &lse, nullptr, nullptr, nullptr, nullptr,
+                               nullptr};
+    if (!execute(*r, q, small, extra.slice(0, r->n_inputs))) return python_forward(q, k, v, bias, extra, spec);
+    if (r->rows.defined() || r->bias_rows) fill_rows(*r, out, lse, bias);
+    g_hits++;
+    return {out, lse};
+}
+
+using Grads = std::tuple<Tensor, Tensor, Tensor, Tensor>;
+
+Grads python_backward(Tensor const &dout, Tensor const &q, Tensor const &k, Tensor const &v, Tensor const &out,
+                      Tensor const &lse, OptTensor const &bias, at::TensorList extra, c10::string_view spec,
+                      bool need_dbias, OptTensor const &dlse) {
+    g_misses++;
+    py::gil_scoped_acquire gil;
+    py::object res = (*g_bwd_miss)(dout, q, k, v, out, lse, bias, std::vector<Tensor>(extra.begin(), extra.end()),
+                                std::string(spec.data(), spec.size()), need_dbias, dlse);
+    return res.cast<Grads>();
+}
+
+Grads bwd_cuda(Tensor const &dout, Tensor const &q, Tensor const &k, Tensor const &v, Tensor const &out,
+               Tensor const &lse, OptTensor const &bias, at::TensorList extra, c10::string_view spec, bool need_dbias,
+               OptTensor const &dlse) {
+    std::shared_ptr<Runner> r;
+    if (!dlse) r = find(g_bwd, bwd_key(dout, q, k, v, out, lse, bias, extra, spec, need_dbias));
+    if (!r) return python_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse);
+    c10::cuda::CUDAGuard guard(q.device());
+    Tensor stats = r->guard_lse ? at::nan_to_num(lse, std::numeric_limits<double>::quiet_NaN(),
+                                                       std::numeric_limits<double>::infinity(), 1e30)
+                                : lse;
+    Tensor dq = at::empty_strided(q.sizes(), r->grad_strides[0], q.options());
+    Tensor dk = at::empty_strided(k.sizes(), r->grad_strides[1], k.options());
+    Tensor dv = at::empty_strided(v.sizes(), r->grad_strides[2], v.options());
+    Tensor b4 = bias_operand(*r, bias);
+    Tensor dbias4 = r->need_dbias ? padded_empty(r->bias_shape, q.options()) : Tensor();
+    Tensor const *small[11] = {&q, &k, &v, bias ? &b4 : nullptr, &out, &stats, &dout, &dq, &dk, &dv,
+                               r->need_dbias ? &dbias4 : nullptr};
+    if (!execute(*r, q, small, extra.slice(0, r->n_inputs)))
+        return python_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse);
+    g_hits++;
+    // summed over the dims the bias broadcasts, in the bias's dtype (te_compile.cudnn.graphs.dbias_of)
+    Tensor db = r->need_dbias
+                    ? dbias4.sum_to_size(bias->sizes()).reshape(bias->sizes()).to(bias->scalar_type()).contiguous()
+                    : q.new_empty({0});
+    return {dq, dk, dv, db};
+}
+
+// --------------------------------------------------------------------------- the Autograd kernels
+
+bool any_requires_grad(std::initializer_list<Tensor const *> ts, OptTensor const &bias, at::TensorList extra) {
+    for (auto t : ts)
+        if (t->requires_grad()) return true;
+    if (bias && bias->requires_grad()) return true;
+    for (auto const &t : extra)
+        if (t.requires_grad()) return true;
+    return false;
+}
+
+using FwdSig = std::tuple<Tensor, Tensor>(Tensor const &, Tensor const &, Tensor const &, OptTensor const &,
+                                          at::TensorList, c10::string_view);
+using BwdSig = Grads(Tensor const &, Tensor const &, Tensor const &, Tensor const &, Tensor const &, Tensor const &,
+                     OptTensor const &, at::TensorList, c10::string_view, bool, OptTensor const &);
+
+std::tuple<Tensor, Tensor> fwd_autograd(c10::DispatchKeySet ks, Tensor const &q, Tensor const &k, Tensor const &v,
+                                        OptTensor const &bias, at::TensorList extra, c10::string_view spec) {
+    if (at::GradMode::is_enabled() && any_requires_grad({&q, &k, &v}, bias, extra)) {
+        // recording autograd history: te_compile's autograd.Function (Python), as without the native path
+        py::gil_scoped_acquire gil;
+        py::object res = (*g_grad_fwd)(q, k, v, bias, std::vector<Tensor>(extra.begin(), extra.end()),
+                                    std::string(spec.data(), spec.size()));
+        return res.cast<std::tuple<Tensor, Tensor>>();
+    }
+    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("te_compile::attn_fwd", "").typed<FwdSig>();
+    return op.redispatch(ks & c10::after_autograd_keyset, q, k, v, bias, extra, spec);
+}
+
+Grads bwd_autograd(c10::DispatchKeySet ks, Tensor const &dout, Tensor const &q, Tensor const &k, Tensor const &v,
+                   Tensor const &out, Tensor const &lse, OptTensor const &bias, at::TensorList extra,
+                   c10::string_view spec, bool need_dbias, OptTensor const &dlse) {
+    if (at::GradMode::is_enabled() &&
+        (any_requires_grad({&dout, &q, &k, &v, &out, &lse}, bias, extra) || (dlse && dlse->requires_grad()))) {
+        throw std::runtime_error("te_compile: double backward (create_graph=True) through a te_compile attention op is "
+                                 "not supported; compile this model without te_compile for higher-order gradients");
+    }
+    static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("te_compile::attn_bwd", "").typed<BwdSig>();
+    return op.redispatch(ks & c10::after_autograd_keyset, dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse);
+}
+
+std::unique_ptr<torch::Library> g_cuda_lib, g_autograd_lib;
+
+// --------------------------------------------------------------------------- Python interface
+
+void on_segv(int sig) {
+    void *frames[64];
+    int n = backtrace(frames, 64);
+    for (int i = 0; i < n; i++) {
+        Dl_info info;
+        if (dladdr(frames[i], &info) && info.dli_fname)
+            std::fprintf(stderr, "  #%d %s +0x%lx (%s)\n", i, info.dli_fname,
+                         (unsigned long)((char *)frames[i] - (char *)info.dli_fbase), info.dli_sname ? info.dli_sname : "?");
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+std::string init(std::string const &cudnn_path) {
+    if (debug()) signal(SIGSEGV, on_segv);
+    if (api.lib != nullptr) return "";
+    void *h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_NOLOAD);
+    if (h == nullptr && !cudnn_path.empty()) h = dlopen(cudnn_path.c_str(), RTLD_NOW);
+    if (h == nullptr) return "libcudnn.so.9 is not loaded in this process";
+    Api a;
+    a.lib = h;
+    auto get = [h](char const *name) { return dlsym(h, name); };
+    a.get_version = reinterpret_cast<size_t (*)()>(get("cudnnGetVersion"));
+    a.error_string = reinterpret_cast<const char *(*)(cudnnStatus_t)>(get("cudnnGetErrorString"));
+    a.create = reinterpret_cast<decltype(a.create)>(get("cudnnCreate"));
+    a.set_stream = reinterpret_cast<decltype(a.set_stream)>(get("cudnnSetStream"));
+    a.create_descriptor = reinterpret_cast<decltype(a.create_descriptor)>(get("cudnnBackendCreateDescriptor"));
+    a.destroy_descriptor = reinterpret_cast<decltype(a.destroy_descriptor)>(get("cudnnBackendDestroyDescriptor"));
+    a.set_attribute = reinterpret_cast<decltype(a.set_attribute)>(get("cudnnBackendSetAttribute"));
+    a.get_attribute = reinterpret_cast<decltype(a.get_attribute)>(get("cudnnBackendGetAttribute"));
+    a.finalize = reinterpret_cast<decltype(a.finalize)>(get("cudnnBackendFinalize"));
+    a.execute = reinterpret_cast<decltype(a.execute)>(get("cudnnBackendExecute"));
+    if (!a.get_version || !a.error_string || !a.create || !a.set_stream || !a.create_descriptor ||
+        !a.destroy_descriptor || !a.set_attribute || !a.get_attribute || !a.finalize || !a.execute)
+        return "libcudnn.so.9 lacks a backend API function";
+    api = a;
+    return "";
+}
+
+int64_t backend_version() { return api.get_version ? static_cast<int64_t>(api.get_version()) : 0; }
+
+void install(py::object fwd_miss, py::object bwd_miss, py::object grad_fwd) {
+    g_fwd_miss = new py::object(std::move(fwd_miss));
+    g_bwd_miss = new py::object(std::move(bwd_miss));
+    g_grad_fwd = new py::object(std::move(grad_fwd));
+    g_cuda_lib = std::make_unique<torch::Library>(torch::Library::IMPL, "te_compile",
+                                                  std::optional<c10::DispatchKey>(c10::DispatchKey::CUDA), __FILE__,
+                                                  __LINE__);
+    g_cuda_lib->impl("attn_fwd", TORCH_FN(fwd_cuda));
+    g_cuda_lib->impl("attn_bwd", TORCH_FN(bwd_cuda));
+    g_autograd_lib = std::make_unique<torch::Library>(torch::Library::IMPL, "te_compile",
+                                                      std::optional<c10::DispatchKey>(c10::DispatchKey::Autograd),
+                                                      __FILE__, __LINE__);
+    g_autograd_lib->impl("attn_fwd", TORCH_FN(fwd_autograd));
+    g_autograd_lib->impl("attn_bwd", TORCH_FN(bwd_autograd));
+}
+
+void uninstall() {
+    g_cuda_lib.reset();
+    g_autograd_lib.reset();
+}
+
+// A runner for a plan the cuDNN backend serialized (its JSON), and the plan's variant pack: ``uids`` with, per
+// uid, its kind (0 operand, 1 host constant, 2 workspace) and its payload (host: the constant's bytes, at most 8;
+// workspace: the byte offset).
+std::shared_ptr<Runner> load_runner(std::string const &plan_json, int64_t device, std::vector<int64_t> const &uids,
+                                    std::vector<int64_t> const &kinds, std::vector<py::bytes> const &payloads,
+                                    std::vector<int64_t> const &offsets, int64_t fe_workspace, int64_t n_inputs,
+                                    std::vector<double> const &consts) {
+    if (api.lib == nullptr) throw std::runtime_error("te_compile native: not initialized");
+    if (uids.size() != kinds.size() || uids.size() != payloads.size() || uids.size() != offsets.size())
+        throw std::runtime_error("variant pack lists of different lengths");
+    auto r = std::make_shared<Runner>();
+    TE_DEBUG("load_runner: handle");
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    auto stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device));
+    cudnnHandle_t h = handle_for(static_cast<c10::DeviceIndex>(device), stream.stream());
+    TE_DEBUG("load_runner: plan");
+    check(api.create_descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &r->plan), "create execution plan");
+    check(api.set_attribute(r->plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
+                            static_cast<int64_t>(plan_json.size()), plan_json.data()),
+          "set the plan's JSON");
+    check(api.set_attribute(r->plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h), "set the plan's handle");
+    check(api.finalize(r->plan), "finalize the plan");
+    int64_t engine_ws = 0, count = 0;
+    check(api.get_attribute(r->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count, &engine_ws),
+          "the plan's workspace size");
+    TE_DEBUG("load_runner: slots");
+    r->engine_offset = fe_workspace;
+    r->workspace = fe_workspace + engine_ws;
+    r->n_inputs = n_inputs;
+    for (double c : consts) {
+        std::array<uint8_t, 8> b{};
+        float f = static_cast<float>(c);
+        std::memcpy(b.data(), &f, sizeof f);
+        r->host.push_back(b);
+    }
+    for (size_t i = 0; i < uids.size(); i++) {
+        int64_t uid = uids[i];
+        Slot s{Slot::OPERAND, uid, 0};
+        if (kinds[i] == 1) {
+            std::string bytes = payloads[i];
+            if (bytes.size() > 8) throw std::runtime_error("a constant wider than 8 bytes (uid " + std::to_string(uid) + ")");
+            std::array<uint8_t, 8> b{};
+            std::memcpy(b.data(), bytes.data(), bytes.size());
+            s = Slot{Slot::HOST, uid, static_cast<int64_t>(r->host.size())};
+            r->host.push_back(b);
+        } else if (kinds[i] == 2) {
+            if (offsets[i] < 0 || offsets[i] >= std::max<int64_t>(fe_workspace, 1))
+                throw std::runtime_error("a workspace slot outside the frontend's workspace (uid " + std::to_string(uid) + ")");
+            s = Slot{Slot::WORKSPACE, uid, offsets[i]};
+        } else if (uid >= UID_CONSTS && uid - UID_CONSTS < static_cast<int64_t>(consts.size())) {
+            s = Slot{Slot::HOST, uid, uid - UID_CONSTS};
+        } else {
+            bool known = (uid >= UID_INPUTS && uid < UID_CONSTS && uid - UID_INPUTS < n_inputs) || uid == UID_Q ||
+                         uid == UID_K || uid == UID_V || uid == UID_BIAS || uid == UID_O || uid == UID_STATS ||
+                         uid == UID_DO || uid == UID_DQ || uid == UID_DK || uid == UID_DV || uid == UID_DBIAS;
+            if (!known) throw std::runtime_error("the plan reads an operand te_compile does not pass (uid " + std::to_string(uid) + ")");
+        }
+        r->uids.push_back(uid);
+        r->slots.push_back(s);
+    }
+    if (r->uids.size() > 48) throw std::runtime_error("too many variant pack slots");
+    TE_DEBUG("load_runner: done");
+    return r;
+}
+
+void remember(std::unordered_map<Key, std::shared_ptr<Runner>, KeyHash> &table, Key key, std::shared_ptr<Runner> r) {
+    std::unique_lock<std::shared_mutex> lock(g_mutex);
+    if (table.size() >= kMaxRunners) table.clear();
+    table[std::move(key)] = std::move(r);
+}
+
+void register_forward(Tensor const &q, Tensor const &k, Tensor const &v, OptTensor const &bias,
+                      std::vector<Tensor> const &extra, std::string const &spec, std::string const &plan_json,
+                      std::vector<int64_t> const &uids, std::vector<int64_t> const &kinds,
+                      std::vector<py::bytes> const &payloads, std::vector<int64_t> const &offsets, int64_t fe_workspace,
+                      int64_t n_inputs, std::vector<double> const &consts, std::vector<int64_t> out_shape,
+                      std::vector<int64_t> out_stride, std::vector<int64_t> bias_shape, bool bias_copy, OptTensor rows,
+                      bool bias_rows, bool block) {
+    auto r = load_runner(plan_json, q.device().index(), uids, kinds, payloads, offsets, fe_workspace, n_inputs, consts);
+    r->out_shape = std::move(out_shape);
+    r->out_stride = std::move(out_stride);
+    r->lse_shape = {r->out_shape[0], r->out_shape[1], r->out_shape[2]};
+    r->bias_shape = std::move(bias_shape);
+    r->bias_copy = bias_copy;
+    if (rows) r->rows = *rows;
+    r->bias_rows = bias_rows;
+    r->block = block;
+    remember(g_fwd, fwd_key(q, k, v, bias, extra, spec), std::move(r));
+}
+
+void register_backward(Tensor const &dout, Tensor const &q, Tensor const &k, Tensor const &v, Tensor const &out,
+                       Tensor const &lse, OptTensor const &bias, std::vector<Tensor> const &extra,
+                       std::string const &spec, bool need_dbias, std::string const &plan_json,
+                       std::vector<int64_t> const &uids, std::vector<int64_t> const &kinds,
+                       std::vector<py::bytes> const &payloads, std::vector<int64_t> const &offsets,
+                       int64_t fe_workspace, int64_t n_inputs, std::vector<double> const &consts,
+                       std::vector<std::vector<int64_t>> grad_strides, bool plan_dbias, std::vector<int64_t> bias_shape,
+                       bool bias_copy, bool guard) {
+    if (grad_strides.size() != 3) throw std::runtime_error("three gradient layouts expected");
+    auto r = load_runner(plan_json, q.device().index(), uids, kinds, payloads, offsets, fe_workspace, n_inputs, consts);
+    r->grad_strides = std::move(grad_strides);
+    r->need_dbias = plan_dbias;
+    r->bias_shape = std::move(bias_shape);
+    r->bias_copy = bias_copy;
+    r->guard_lse = guard;
+    remember(g_bwd, bwd_key(dout, q, k, v, out, lse, bias, extra, spec, need_dbias), std::move(r));
+}
+
+void block_checked(Tensor const &q, Tensor const &k, std::vector<Tensor> const &extra, std::string const &spec) {
+    Key key = block_key(spec, q, k, extra);
+    std::unique_lock<std::shared_mutex> lock(g_mutex);
+    if (g_blocks.size() >= kMaxBlocks) g_blocks.clear();
+    g_blocks.insert(std::move(key));
+}
+
+void clear() {
+    std::unique_lock<std::shared_mutex> lock(g_mutex);
+    g_fwd.clear();
+    g_bwd.clear();
+    g_blocks.clear();
+}
+
+py::dict stats() {
+    std::shared_lock<std::shared_mutex> lock(g_mutex);
+    py::dict d;
+    d["hits"] = g_hits.load();
+    d["misses"] = g_misses.load();
+    d["forward_runners"] = g_fwd.size();
+    d["backward_runners"] = g_bwd.size();
+    d["blockmasks"] = g_blocks.size();
+    return d;
+}
+
+py::dict uids() {
+    py::dict d;
+    d["Q"] = int64_t(UID_Q); d["K"] = int64_t(UID_K); d["V"] = int64_t(UID_V); d["BIAS"] = int64_t(UID_BIAS);
+    d["O"] = int64_t(UID_O); d["STATS"] = int64_t(UID_STATS); d["DO"] = int64_t(UID_DO); d["DQ"] = int64_t(UID_DQ);
+    d["DK"] = int64_t(UID_DK); d["DV"] = int64_t(UID_DV); d["DBIAS"] = int64_t(UID_DBIAS);
+    d["INPUTS"] = int64_t(UID_INPUTS); d["CONSTS"] = int64_t(UID_CONSTS);
+    return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("init", &init, "bind the cuDNN library this process loaded; '' or why not");
+    m.def("backend_version", &backend_version);
+    m.def("install", &install, "register the CUDA and Autograd kernels of te_compile::attn_fwd / attn_bwd");
+    m.def("uninstall", &uninstall);
+    m.def("register_forward", &register_forward);
+    m.def("register_backward", &register_backward);
+    m.def("block_checked", &block_checked);
+    m.def("clear", &clear);
+    m.def("stats", &stats);
+    m.def("uids", &uids);
+}

@@ -1,0 +1,334 @@
+"""The native call path: the te_compile ops' CUDA and Autograd kernels in C++ (csrc/native_attn.cpp).
+
+With it on, a call of ``te_compile::attn_fwd`` / ``attn_bwd`` on CUDA tensors stays in C++: one lookup of
+the runner registered for its signature, the allocations, one execute of the cuDNN plan on PyTorch's current
+stream. Python runs only for a signature it does not hold yet (te_compile.kernels builds the runner, serves
+the call, and registers the runner here when it is one graph on the call's own tensors) and for calls that
+record autograd history (te_compile.ops's autograd.Function, as without it).
+
+The C++ side uses only cuDNN's C API: the Python frontend builds each plan and serializes it
+(te_compile.cudnn.plan_blob reads what the variant pack needs), C++ loads the plan and executes it.
+
+``enable()`` compiles the extension once per machine (cached next to Inductor's cache, keyed by the source,
+torch, Python and the cuDNN and CUDA headers) with the system C++ compiler, against the headers a
+pip-installed CUDA torch brings (torch's, cuDNN's; the CUDA runtime's from the toolkit or pip); it then swaps
+the ops' Python CUDA and Autograd kernels for the C++ ones. Where something is missing it stays off and ``status()`` says why; the
+Python kernels serve as before. ``TE_COMPILE_NATIVE=0`` keeps it off.
+
+This module does not import the cuDNN frontend: te_compile.kernels asks ``active()`` on every call.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import plan_blob
+
+log = logging.getLogger("te_compile")
+
+ENV = "TE_COMPILE_NATIVE"
+SOURCE = Path(__file__).parent / "csrc" / "native_attn.cpp"
+
+#: the extension module while it serves the ops (None: the Python kernels serve)
+_ext: Any = None
+#: the extension module once loaded (kept when the native path is turned off, to turn it on again)
+_module: Any = None
+#: why the native path is off ("" while on)
+_why_off: str = "not enabled yet"
+_tried = False
+_lock = threading.Lock()
+#: called with the extension when the native path turns on, with None when it turns off (te_compile.ops swaps
+#: the ops' kernels)
+hooks: list[Callable[[Any], None]] = []
+
+
+def active() -> bool:
+    """Whether the C++ kernels serve the ops in this process."""
+    return _ext is not None
+
+
+def status() -> str:
+    """One line for reports: "on" or "off: <reason>" (does not build anything)."""
+    return "on" if _ext is not None else f"off: {_why_off}"
+
+
+def enable() -> str:
+    """Turn the native call path on where this machine can build it (once per process; the build once per
+    machine); returns ``status()``."""
+    global _tried
+    with _lock:
+        if not _tried:
+            _tried = True
+            _try_enable()
+    return status()
+
+
+def _try_enable() -> None:
+    global _ext, _why_off, _module
+    why = _unavailable()
+    if why:
+        _why_off = why
+        return
+    try:
+        includes = _includes()
+    except LookupError as e:
+        _why_off = str(e)
+        return
+    try:
+        ext = _module or _build_and_load(includes)
+    except _BuildError as e:
+        _why_off = str(e)
+        log.warning("te_compile: the native call path is off: %s", _why_off)
+        return
+    why = ext.init(_loaded_cudnn_path())
+    if why:
+        _why_off = why
+        return
+    from .graphs import UID
+    want = {u.name: int(u.value) for u in UID}
+    if dict(ext.uids()) != want:  # the C++ source and graphs.py must name the operands alike
+        _why_off = f"the extension's operand uids {dict(ext.uids())} differ from te_compile's {want}"
+        return
+    _module = ext
+    for hook in hooks:
+        hook(ext)
+    _ext = ext
+    _why_off = ""
+    log.info("te_compile: native call path on (cuDNN %s)", ext.backend_version())
+
+
+def disable() -> None:
+    """Back to the Python kernels (tests; the next ``enable()`` turns it on again without rebuilding)."""
+    global _ext, _why_off, _tried
+    with _lock:
+        if _ext is not None:
+            _ext.clear()
+            for hook in hooks:
+                hook(None)
+        _ext, _why_off, _tried = None, "disabled", False
+
+
+def _unavailable() -> str:
+    if os.environ.get(ENV, "1") == "0":
+        return f"{ENV}=0"
+    if torch.version.cuda is None:
+        return "this torch has no CUDA"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    if shutil.which(_compiler()) is None:
+        return f"no C++ compiler ({_compiler()} not found; set CXX)"
+    return ""
+
+
+def _compiler() -> str:
+    return os.environ.get("CXX", "c++")
+
+
+# --------------------------------------------------------------------------- headers
+
+def _site_dirs() -> list[Path]:
+    """Where pip put packages: the directories holding torch and the cuDNN frontend, then sys.path."""
+    out: list[Path] = []
+    for mod in ("torch", "cudnn"):
+        spec = importlib.util.find_spec(mod)
+        if spec is not None and spec.origin:
+            out.append(Path(spec.origin).parent.parent)
+    out += [Path(p) for p in sys.path if p and os.path.isdir(p)]
+    seen: set = set()
+    return [p for p in out if not (p in seen or seen.add(p))]
+
+
+def _find_header(name: str, candidates: list[Path]) -> Optional[Path]:
+    for d in candidates:
+        if (d / name).is_file():
+            return d
+    return None
+
+
+def _includes() -> list[str]:
+    """Include directories for the CUDA runtime's and cuDNN's headers (cuda_runtime_api.h, cudnn.h); raises
+    LookupError naming what is missing."""
+    sites = _site_dirs()
+    cuda_home = [Path(p) / "include" for p in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                                               "/usr/local/cuda") if p]
+    nv = [s / "nvidia" / sub / "include" for s in sites for sub in ("cu13", "cu12", "cuda_runtime")]
+    cudnn_dirs = [s / "nvidia" / sub / "include" for s in sites for sub in ("cudnn", "cudnn_jit")]
+    if os.environ.get("CUDNN_INCLUDE_DIR"):
+        cudnn_dirs.insert(0, Path(os.environ["CUDNN_INCLUDE_DIR"]))
+    found: list[str] = []
+    # the runtime headers include crt/host_config.h, which a CUDA toolkit has and the pip runtime package may lack
+    for header, where in (("crt/host_config.h", cuda_home + nv), ("cuda_runtime_api.h", cuda_home + nv),
+                          ("cudnn.h", cudnn_dirs + cuda_home + [Path("/usr/include")])):
+        d = _find_header(header, where)
+        if d is None:
+            raise LookupError(f"{header} not found (looked in {', '.join(str(p) for p in where[:4])}, ...)")
+        if str(d) not in found:
+            found.append(str(d))
+    return found
+
+
+def _loaded_cudnn_path() -> str:
+    """The libcudnn.so.9 this process has mapped (torch's, or a preloaded one): what the frontend must use."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if line.rstrip().endswith("/libcudnn.so.9"):
+                    return line.split()[-1]
+    except OSError:
+        pass
+    return ""
+
+
+# --------------------------------------------------------------------------- the build
+
+class _BuildError(RuntimeError):
+    pass
+
+
+def _cache_root() -> Path:
+    """Next to Inductor's cache (``TE_COMPILE_NATIVE_DIR`` overrides it)."""
+    if os.environ.get("TE_COMPILE_NATIVE_DIR"):
+        return Path(os.environ["TE_COMPILE_NATIVE_DIR"])
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+        return Path(cache_dir()) / "te_compile" / "native"
+    except Exception:  # noqa: BLE001 - older layouts
+        return Path(tempfile.gettempdir()) / "te_compile" / "native"
+
+
+def _flags(includes: list[str]) -> tuple[list[str], list[str]]:
+    from torch.utils import cpp_extension
+
+    torch_lib = Path(torch.__file__).parent / "lib"
+    debug = ["-g"] if os.environ.get("TE_COMPILE_NATIVE_DEBUG") else []
+    cflags = debug + ["-O2", "-fPIC", "-std=c++17", "-w",
+
+              "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI"):
+        val = getattr(torch._C, f"_PYBIND11_{name}", None)
+        if val is not None:
+            cflags.append(f'-DPYBIND11_{name}="{val}"')
+    incs = [f"-I{p}" for p in cpp_extension.include_paths() + [sysconfig.get_paths()["include"]] + includes]
+    ldflags = ["-shared", f"-L{torch_lib}", f"-Wl,-rpath,{torch_lib}", "-lc10", "-lc10_cuda",
+               "-ltorch", "-ltorch_cpu", "-ltorch_python", "-ldl"]
+    return cflags + incs, ldflags
+
+
+def _fingerprint(includes: list[str], flags: list[str]) -> str:
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(" ".join(flags).encode())
+    h.update(f"{torch.__version__} {sys.version}".encode())
+    for d in includes:  # the headers' versions (cudnn_version.h, the frontend's version header)
+        for name in ("cudnn_version.h", "cuda_runtime_api.h"):
+            p = Path(d) / name
+            if p.is_file():
+                h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _build_and_load(includes: list[str]) -> Any:
+    cflags, ldflags = _flags(includes)
+    tag = _fingerprint(includes, cflags + ldflags)
+    name = f"te_compile_native_{tag}"
+    root = _cache_root() / tag
+    so = root / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "lock", "w") as lock:  # one build per machine: other processes wait for it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not so.is_file():
+            _compile(name, cflags, ldflags, so, root / "build.log")
+    spec = importlib.util.spec_from_file_location(name, so)
+    if spec is None or spec.loader is None:
+        raise _BuildError(f"cannot load {so}")
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except ImportError as e:
+        raise _BuildError(f"the built extension does not load ({e})") from None
+    return mod
+
+
+def _compile(name: str, cflags: list[str], ldflags: list[str], so: Path, logfile: Path) -> None:
+    tmp = so.with_suffix(".tmp.so")
+    cmd = [_compiler(), *cflags, f"-DTORCH_EXTENSION_NAME={name}", str(SOURCE), "-o", str(tmp), *ldflags]
+    print("te_compile: building the native call path (C++, once per machine; about a minute) ...",
+          file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    with open(logfile, "w") as f:
+        f.write(" ".join(cmd) + "\n\n")
+        f.flush()
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise _BuildError(f"the C++ build failed (exit {rc}; log: {logfile})")
+    os.replace(tmp, so)
+    print(f"te_compile: native call path built in {time.perf_counter() - t0:.0f} s ({so})", file=sys.stderr,
+          flush=True)
+
+
+# --------------------------------------------------------------------------- runners (called by te_compile.kernels)
+
+def register(direction: str, args: tuple, info: dict) -> None:
+    """Hand the runner of the call ``args`` (the op's arguments) to C++; a refusal leaves it to Python."""
+    ext = _ext
+    if ext is None:
+        return
+    vp = plan_blob.variant_pack(info["plan"])
+    if isinstance(vp, str):
+        _decline(direction, vp)
+        return
+    pack = (vp.plan_json, list(vp.uids), list(vp.kinds), list(vp.payloads), list(vp.offsets), vp.fe_workspace,
+            info["n_inputs"], info["consts"])
+    try:
+        if direction == "forward":
+            q, k, v, bias, extra, spec = args
+            ext.register_forward(q, k, v, bias, list(extra), spec, *pack, info["out_shape"], info["out_stride"],
+                                 info["bias_shape"], info["bias_copy"], info["rows"], info["bias_rows"], info["block"])
+        else:
+            dout, q, k, v, out, lse, bias, extra, spec, need_dbias = args
+            ext.register_backward(dout, q, k, v, out, lse, bias, list(extra), spec, bool(need_dbias), *pack,
+                                  info["grad_strides"], info["need_dbias"], info["bias_shape"], info["bias_copy"],
+                                  info["guard_lse"])
+    except RuntimeError as e:
+        _decline(direction, str(e))
+
+
+#: why signatures stayed with Python ("forward: <reason>" -> how many)
+declined: dict = {}
+
+
+def _decline(direction: str, why: str) -> None:
+    key = f"{direction}: {why}"
+    declined[key] = declined.get(key, 0) + 1
+    log.info("te_compile: the native call path leaves a %s signature to Python (%s)", direction, why)
+
+
+def block_checked(q, k, extra, spec: str) -> None:
+    """The BlockMask in ``extra`` passed te_compile's check: C++ may run calls that carry it."""
+    if _ext is not None:
+        _ext.block_checked(q, k, list(extra), spec)
+
+
+def clear() -> None:
+    if _ext is not None:
+        _ext.clear()
+
+
+def stats() -> dict:
+    """Calls the native path ran (hits) and handed to Python (misses), and the runners it holds."""
+    return dict(_ext.stats(), declined=dict(declined)) if _ext is not None else {}
+

@@ -1,0 +1,193 @@
+"""GPU: the native call path (te_compile.cudnn.native) serves repeated calls in C++, with eager's numbers.
+
+Each case compiles a model-style function with te_compile, runs it (forward and backward) three times, and
+checks every run against eager float32, and that the third run's calls ran in C++ (the native path's hit
+count) where the signature is one cuDNN graph on the call's own tensors, or in Python where it is not (the
+prefix-LM split's two calls and merge; a backward with a gradient through lse).
+
+Run on the GPU machine:  python3 -m pytest -q -m cuda tests/test_cuda_native.py
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+import te_compile
+from te_compile.cudnn import native
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU with cuDNN")]
+
+H = 8
+BF16_TOL = 2e-2
+
+
+def _rows_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest error of any row, relative to that row's own scale (an error confined to a few rows is not
+    diluted by the rest of the tensor); a row far below the tensor's scale (the first query row of a causal mask,
+    whose dQ is exactly 0 in eager) is measured against 1% of the tensor's scale instead."""
+    a, b = a.double().flatten(0, -2), b.double().flatten(0, -2)
+    scale = b.abs().amax(dim=-1).clamp_min(1e-2 * b.abs().max().item() + 1e-6)
+    return ((a - b).abs().amax(dim=-1) / scale).max().item()
+
+
+def _flex(score=None, mask=None, L=1000, lse_in_loss=False, gqa=False):
+    """A flex_attention call as a model makes it (the BlockMask built once, outside the compiled function)."""
+    bm = create_block_mask(mask, 1, 1, L, L, device="cuda") if mask is not None else None
+
+    def fn(q, k, v):
+        if lse_in_loss:
+            out, lse = flex_attention(q, k, v, score_mod=score, block_mask=bm, return_lse=True, enable_gqa=gqa)
+            return out + lse.unsqueeze(-1).to(out.dtype) * 0.01
+        return flex_attention(q, k, v, score_mod=score, block_mask=bm, enable_gqa=gqa)
+    return fn, L
+
+
+def _softcap(s, b, h, q, kv):
+    return 30.0 * torch.tanh(s / 30.0)
+
+
+def _causal(b, h, q, kv):
+    return q >= kv
+
+
+def _slopes():
+    return torch.exp2(-torch.arange(1, H + 1, dtype=torch.float32, device="cuda") * 8.0 / H)
+
+
+#: name -> (a function building (fn, L), kv heads, which calls of the third run run in C++)
+CASES = {
+    "flex_softcap_ragged": (lambda: _flex(_softcap, L=1000), H, "both"),
+    "flex_softcap_causal": (lambda: _flex(_softcap, _causal, L=255), H, "both"),
+    "flex_sliding_window": (lambda: _flex(None, lambda b, h, q, kv: (q >= kv) & (q - kv <= 100), L=1000), H, "both"),
+    "flex_empty_rows": (lambda: _flex(None, lambda b, h, q, kv: (kv % 2 == 0) & (q >= 70), L=129), H, "both"),
+    "flex_alibi_causal": (lambda: (lambda sl: _flex(lambda s, b, h, q, kv: s + sl[h] * (kv - q), _causal, L=512))(
+        _slopes()), H, "both"),
+    "flex_head_scale": (lambda: (lambda sc: _flex(lambda s, b, h, q, kv: s * sc[h], L=256))(
+        torch.linspace(0.5, 1.5, H, device="cuda")), H, "both"),
+    "flex_gqa_causal": (lambda: _flex(None, _causal, L=384, gqa=True), 2, "both"),
+    "flex_prefix_lm": (lambda: _flex(None, lambda b, h, q, kv: (kv < 300) | (q >= kv), L=1024), H, "none"),
+    "flex_lse_in_loss": (lambda: _flex(_softcap, lse_in_loss=True, L=128), H, "forward"),
+}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _native_on():
+    assert native.enable() == "on", native.status()
+
+
+def _run(fn, q, k, v, dout):
+    args = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = fn(*args)
+    out.backward(dout.to(out.dtype))
+    return out.detach().float(), [a.grad.float() for a in args]
+
+
+def _hits() -> int:
+    return native.stats()["hits"]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_repeated_calls_run_natively_and_match_eager(name):
+    make, hk, native_calls = CASES[name]
+    fn, L = make()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, H, L, 64, device="cuda", dtype=torch.bfloat16, generator=g)
+    k, v = (torch.randn(2, hk, L, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
+    dout = torch.randn(2, H, L, 64, device="cuda", generator=g)
+    report = te_compile.explain(fn, q, k, v)
+    assert [d.runs_on for d in report.decisions] == ["cudnn"], str(report)
+    assert "native call path: on" in report.table()
+    want_out, want_grads = _run(fn, q.float(), k.float(), v.float(), dout)
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
+    hits = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a reference fallback would warn
+        for _ in range(3):
+            before = _hits()
+            out, grads = _run(compiled, q, k, v, dout)
+            hits.append(_hits() - before)
+            errs = {"out": _rows_err(out, want_out), **{n: _rows_err(a, b) for n, a, b in zip("qkv", grads, want_grads)}}
+            assert max(errs.values()) <= 2.5 * BF16_TOL, errs
+    assert hits[-1] == {"both": 2, "none": 0, "forward": 1}[native_calls], (hits, native.stats())
+
+
+@pytest.mark.parametrize("learned", [True, False], ids=["learned", "frozen"])
+@pytest.mark.parametrize("L", [129, 1000])
+def test_sdpa_bias_runs_natively_with_dbias(L, learned):
+    """A float mask (with dBias when it is learned), at multi-tile and ragged lengths, BSHD q/k/v."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    B, D = 2, 64
+    x = [torch.randn(B, L, H, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3)]
+    bias = (torch.randn(1, H, L, L, device="cuda", generator=g) * 0.5).to(torch.bfloat16).requires_grad_(learned)
+    dout = torch.randn(B, H, L, D, device="cuda", generator=g)
+
+    def fn(q, k, v, bias):
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias)
+
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
+
+    def run(f, upcast):
+        args = [t.detach().float() if upcast else t.detach() for t in x]
+        args = [a.requires_grad_() for a in args]
+        b = bias.detach().float() if upcast else bias.detach()
+        b.requires_grad_(learned)
+        out = f(*args, b)
+        out.backward(dout.to(out.dtype))
+        return [out.detach().float()] + [a.grad.float() for a in args] + ([b.grad.float()] if learned else [])
+
+    want = run(fn, True)
+    for i in range(3):
+        before = _hits()
+        got = run(compiled, False)
+        errs = [_rows_err(a, b) for a, b in zip(got, want)]
+        assert max(errs) <= 2.5 * BF16_TOL, errs
+    assert _hits() - before == 2, native.stats()
+
+
+def test_blockmask_calls_run_natively_only_after_the_check():
+    """A call carrying a BlockMask runs in C++ once te_compile has checked that BlockMask; a new BlockMask
+    object of the same shape goes through the check (Python) first."""
+    L = 256
+
+    def causal(b, h, q, kv):
+        return q >= kv
+
+    def fn(q, k, v, bm):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0), block_mask=bm)
+
+    q, k, v = (torch.randn(1, H, L, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
+    bm = create_block_mask(causal, 1, 1, L, L, device="cuda")
+    with torch.no_grad():
+        compiled(q, k, v, bm)
+        before = _hits()
+        compiled(q, k, v, bm)
+        assert _hits() - before == 1
+        bm2 = create_block_mask(causal, 1, 1, L, L, device="cuda")
+        before, misses = _hits(), native.stats()["misses"]
+        out = compiled(q, k, v, bm2)
+        assert (_hits() - before, native.stats()["misses"] - misses) == (0, 1)
+        torch.testing.assert_close(out.float(), fn(q.float(), k.float(), v.float(), bm2), atol=3e-2, rtol=3e-2)
+
+
+def test_cuda_graph_replay_runs_the_native_kernels():
+    """mode="reduce-overhead": the calls recorded into the CUDA graph are the native ones, and replays agree
+    with eager."""
+    L = 512
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0))
+
+    q, k, v = (torch.randn(2, H, L, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    compiled = torch.compile(fn, backend="te_compile", mode="reduce-overhead")
+    want = fn(q.float(), k.float(), v.float())
+    with torch.no_grad():
+        for _ in range(4):
+            out = compiled(q, k, v)
+            assert _rows_err(out.float(), want) <= 2.5 * BF16_TOL
