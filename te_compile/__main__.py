@@ -8,6 +8,9 @@
 
 ``explain`` takes ``MODULE:FACTORY`` where FACTORY is a callable of no arguments that returns
 ``(model_or_fn, args)`` or ``(model_or_fn, args, kwargs)``, e.g. ``te_compile.demo:example``.
+
+A failure of the user's code or input is one line on stderr naming what failed and where, and a non-zero exit;
+``--traceback`` shows the whole traceback instead.
 """
 
 from __future__ import annotations
@@ -19,57 +22,138 @@ import logging
 import os
 import sys
 import time
-from typing import Optional
+import traceback
+from typing import Any, Callable, Optional
+
+from .cli_parser import Parser
+
+#: the subcommands and what each does (te-compile --help)
+COMMANDS = {
+    "demo": "compile a small GPT with te_compile and print its site report (cuDNN on a GPU, the reference kernel "
+            "on a CPU)",
+    "explain": "report every attention site of your model: rewritten or kept, and why",
+    "tune": "measure your model's sites on this GPU (cuDNN vs what torch.compile runs) into the cache later "
+            "compiles decide from (needs a CUDA GPU)",
+    "calibrate": "refit the cost model from bench/sweep.py JSON files measured on one GPU",
+    "bench": "the attention benchmark: te_compile vs Inductor flex vs torch's SDPA backends (needs a CUDA GPU)",
+}
+#: the torch.compile modes `--mode` accepts
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-def _load(spec: str):
+class UserError(Exception):
+    """A failure of the user's code or input: reported as one line (``--traceback``: the whole traceback)."""
+
+    def __init__(self, line: str, cause: Optional[BaseException] = None):
+        super().__init__(line)
+        self.cause = cause
+
+
+def _where(e: BaseException) -> str:
+    """``file.py:LINE in func``: the innermost frame of ``e``'s traceback outside torch and te_compile (the
+    user's code), or ""."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    import torch
+    skip = (here, os.path.dirname(os.path.abspath(torch.__file__)), os.path.dirname(os.__file__))
+    frames = traceback.extract_tb(e.__traceback__)
+    for fr in reversed(frames):
+        path = os.path.abspath(fr.filename)
+        if not path.startswith(skip) and not fr.filename.startswith("<"):
+            return f"{os.path.relpath(path) if path.startswith(os.getcwd()) else path}:{fr.lineno} in {fr.name}"
+    return ""
+
+
+def _user_call(what: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, a failure of it raised as a UserError naming ``what`` and the user's line."""
+    try:
+        return fn(*args, **kwargs)
+    except (KeyboardInterrupt, SystemExit, UserError):
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of the user's code is reported, not a traceback of ours
+        inner = e
+        while getattr(inner, "__cause__", None) is not None and type(inner).__module__.startswith("torch._dynamo"):
+            inner = inner.__cause__  # Dynamo wraps what the model raised while tracing
+        at = _where(inner) or _where(e)
+        msg = str(inner).strip().splitlines()[0] if str(inner).strip() else ""
+        raise UserError(f"{what} raised {type(inner).__name__}" + (f": {msg}" if msg else "")
+                        + (f" (at {at})" if at else ""), e) from e
+
+
+def _load(spec: str, command: str = "explain"):
+    prog = f"te-compile {command}"
     if ":" not in spec:
-        raise SystemExit(f"te-compile explain: expected MODULE:FACTORY, got {spec!r}")
+        raise UserError(f"{prog}: expected MODULE:FACTORY, got {spec!r}")
     mod_name, attr = spec.split(":", 1)
     if "" not in sys.path and os.getcwd() not in sys.path:
         # the installed `te-compile` script does not put the current folder on sys.path (`python -m` does);
         # users point it at their own module in the folder they are in
         sys.path.insert(0, os.getcwd())
     try:
-        obj = getattr(importlib.import_module(mod_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise SystemExit(f"te-compile explain: cannot load {spec!r}: {e}") from None
-    made = obj()
+        module = importlib.import_module(mod_name)
+    except ImportError as e:
+        raise UserError(f"{prog}: cannot load {spec!r}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - the user's module failed while importing
+        raise UserError(f"{prog}: importing {mod_name} raised {type(e).__name__}: {e} (at {_where(e)})", e) from e
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise UserError(f"{prog}: cannot load {spec!r}: module {mod_name!r} has no attribute {attr!r}")
+    if not callable(obj):
+        raise UserError(f"{prog}: {spec} is not a function (its type is {type(obj).__name__}); FACTORY must be a "
+                        f"function of no arguments returning (model_or_fn, args[, kwargs])")
+    made = _user_call(f"{prog}: {spec}()", obj)
     if not isinstance(made, tuple) or len(made) not in (2, 3):
-        raise SystemExit(f"te-compile explain: {spec} must return (model_or_fn, args[, kwargs])")
+        raise UserError(f"{prog}: {spec} must return (model_or_fn, args[, kwargs])")
     fn, args = made[0], made[1]
     if not callable(fn):
-        raise SystemExit(f"te-compile explain: {spec} returned {type(fn).__name__} as the model; expected a module "
-                         f"or a function: return (model_or_fn, args[, kwargs])")
+        raise UserError(f"{prog}: {spec} returned {type(fn).__name__} as the model; expected a module "
+                        f"or a function: return (model_or_fn, args[, kwargs])")
     if not isinstance(args, (tuple, list)):
-        raise SystemExit(f"te-compile explain: {spec} returned {type(args).__name__} as the args; expected a tuple "
-                         f"of example inputs, e.g. (model, (x,)): return (model_or_fn, args[, kwargs])")
+        raise UserError(f"{prog}: {spec} returned {type(args).__name__} as the args; expected a tuple "
+                        f"of example inputs, e.g. (model, (x,)): return (model_or_fn, args[, kwargs])")
     kwargs = made[2] if len(made) == 3 else {}
     if not isinstance(kwargs, dict):
-        raise SystemExit(f"te-compile explain: {spec} returned {type(kwargs).__name__} as the kwargs; expected a "
-                         f"dict: return (model_or_fn, args, kwargs)")
+        raise UserError(f"{prog}: {spec} returned {type(kwargs).__name__} as the kwargs; expected a "
+                        f"dict: return (model_or_fn, args, kwargs)")
     return fn, tuple(args), dict(kwargs)
+
+
+def _parser(prog: str, description: str) -> Parser:
+    p = Parser(prog, description)
+    p.add_argument("--traceback", action="store_true", help="on a failure of your code, print the whole traceback "
+                   "instead of one line")
+    return p
+
+
+def explain_parser() -> Parser:
+    p = _parser("te-compile explain", COMMANDS["explain"])
+    p.add_argument("factory", help="MODULE:FACTORY, a function of no arguments returning (model_or_fn, args[, kwargs])")
+    p.add_argument("--target", default="auto", choices=["auto", "reference"],
+                   help="auto: cuDNN for CUDA sites (others kept); reference: the exact reference kernel, any device")
+    p.add_argument("--inner", default="aot_eager", choices=["inductor", "aot_eager", "eager"],
+                   help="what compiles the rewritten graph; aot_eager compiles quicker and decides every site as "
+                        "inductor does (te_compile.backend and te_compile.compile default to inductor)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (with --code: and the graphs' code)")
+    p.add_argument("--code", action="store_true", help="also print the rewritten graphs' code")
+    p.add_argument("--mode", default=None, choices=MODES,
+                   help="the torch.compile mode the model runs under (reduce-overhead: decide as under CUDA graphs)")
+    return p
 
 
 def _explain(argv: list[str]) -> int:
     import te_compile
 
-    p = argparse.ArgumentParser(prog="te-compile explain", description="report every attention site of a model")
-    p.add_argument("factory", help="MODULE:FACTORY returning (model_or_fn, args[, kwargs])")
-    p.add_argument("--target", default="auto", choices=["auto", "reference"])
-    p.add_argument("--inner", default="aot_eager", choices=["inductor", "aot_eager", "eager"])
-    p.add_argument("--json", action="store_true", help="print report.to_dict() as JSON")
-    p.add_argument("--code", action="store_true", help="also print the rewritten graph code")
-    p.add_argument("--mode", default=None, help="the torch.compile mode the model runs under (e.g. reduce-overhead: "
-                   "decide as under CUDA graphs)")
-    a = p.parse_args(argv)
+    a = explain_parser().parse_args(argv)
     fn, args, kwargs = _load(a.factory)
     t0 = time.perf_counter()
     print(f"te-compile: compiling {a.factory} (target {a.target}, inner {a.inner}) ...", file=sys.stderr, flush=True)
-    report = te_compile.explain(fn, *args, target=a.target, inner=a.inner, mode=a.mode, **kwargs)
+    report = _user_call(f"te-compile explain: {a.factory}'s model", te_compile.explain, fn, *args, target=a.target,
+                        inner=a.inner, mode=a.mode, **kwargs)
     print(f"te-compile: done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     if a.json:
-        print(json.dumps(report.to_dict(), indent=1))
+        d = report.to_dict()
+        if not a.code:
+            d.pop("code", None)
+        print(json.dumps(d, indent=1))
     else:
         print(report)
         if a.code:
@@ -77,18 +161,27 @@ def _explain(argv: list[str]) -> int:
     return 0
 
 
+def _needs_gpu(prog: str) -> None:
+    import torch
+    if not torch.cuda.is_available():
+        raise UserError(f"{prog}: needs a CUDA GPU (torch.cuda.is_available() is False here): it measures "
+                        f"kernels on the GPU it runs on")
+
+
+def tune_parser() -> Parser:
+    p = _parser("te-compile tune", COMMANDS["tune"])
+    p.add_argument("factory", nargs="?", help="MODULE:FACTORY returning (model_or_fn, args[, kwargs])")
+    p.add_argument("--mode", default=None, choices=MODES, help="the torch.compile mode the model runs under")
+    p.add_argument("--list", action="store_true", help="list the cached measurements and where they are")
+    return p
+
+
 def _tune(argv: list[str]) -> int:
     from . import tuning
     from .tuning import cache
     from .tuning.tune import tune
 
-    p = argparse.ArgumentParser(prog="te-compile tune", description="measure each attention site of a model on "
-                                "this GPU (te_compile's cuDNN op vs what torch.compile runs) and cache the results; "
-                                "later compiles decide from the cache")
-    p.add_argument("factory", nargs="?", help="MODULE:FACTORY returning (model_or_fn, args[, kwargs])")
-    p.add_argument("--mode", default=None, help="the torch.compile mode the model runs under")
-    p.add_argument("--list", action="store_true", help="list the cached measurements and where they are")
-    a = p.parse_args(argv)
+    a = tune_parser().parse_args(argv)
     if a.list or not a.factory:
         entries = cache.entries()
         print(f"{len(entries)} measurement(s) in {cache.path()}")
@@ -98,9 +191,11 @@ def _tune(argv: list[str]) -> int:
             print(f"  {e.get('site', key)}: {e.get('te_ms', 0):.3f} ms cuDNN vs {e.get('tc_ms', 0):.3f} ms "
                   f"torch.compile{won}")
         return 0
-    fn, args, kwargs = _load(a.factory)
+    _needs_gpu("te-compile tune")
+    fn, args, kwargs = _load(a.factory, "tune")
     print(f"te-compile tune: {a.factory} on {tuning.platform()['gpu']} (cache {cache.path()})", flush=True)
-    tune(fn, *args, mode=a.mode, echo=lambda line: print(line, flush=True), **kwargs)
+    _user_call(f"te-compile tune: {a.factory}'s model", tune, fn, *args, mode=a.mode,
+               echo=lambda line: print(line, flush=True), **kwargs)
     return 0
 
 
@@ -110,35 +205,52 @@ def _bench(argv: list[str]) -> int:
     return bench_main(argv)
 
 
-COMMANDS = ("demo", "explain", "tune", "calibrate", "bench")
+def _help() -> str:
+    width = max(map(len, COMMANDS))
+    return "commands:\n" + "\n".join(f"  {c.ljust(width)}  {d}" for c, d in COMMANDS.items())
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog="te-compile", description="te_compile: attention on cuDNN for torch.compile",
-                                epilog="run 'te-compile COMMAND --help' for a command's options")
-    p.add_argument("command", choices=COMMANDS)
+    p = Parser("te-compile", "te_compile: attention on cuDNN for torch.compile",
+               epilog=_help() + "\n\nrun 'te-compile COMMAND --help' for a command's options",
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", choices=list(COMMANDS), metavar="COMMAND", help="one of: " + ", ".join(COMMANDS))
     if argv and argv[0] in COMMANDS:  # the command's own parser reads the rest, --help included
         command, rest = argv[0], argv[1:]
     else:
         a, rest = p.parse_known_args(argv)
         command = a.command
-    a = argparse.Namespace(command=command)
     # progress: graph builds and per-site decisions are logged at INFO
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("te_compile").setLevel(logging.INFO if a.command != "explain" else logging.WARNING)
-    if a.command == "demo":
+    logging.getLogger("te_compile").setLevel(logging.INFO if command != "explain" else logging.WARNING)
+    try:
+        return _run(command, rest)
+    except UserError as e:
+        if "--traceback" in rest and e.cause is not None:
+            traceback.print_exception(type(e.cause), e.cause, e.cause.__traceback__)
+        print(str(e), file=sys.stderr)
+        return 1
+
+
+def _run(command: str, rest: list[str]) -> int:
+    if command == "demo":
         from .demo import main as demo
 
         return demo(rest)
-    if a.command == "explain":
+    if command == "explain":
         return _explain(rest)
-    if a.command == "tune":
+    if command == "tune":
         return _tune(rest)
-    if a.command == "calibrate":
+    if command == "calibrate":
         from .cudnn.refit import main as calibrate
 
-        return calibrate(rest)
+        try:
+            return calibrate(rest)
+        except OSError as e:
+            raise UserError(f"te-compile calibrate: cannot read {e.filename or ''}: {e.strerror or e}") from None
+        except ValueError as e:  # a file that is not a bench/sweep.py JSON
+            raise UserError(f"te-compile calibrate: {e}") from None
     return _bench(rest)
 
 

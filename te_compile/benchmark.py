@@ -11,7 +11,6 @@ after warm-up; reports the median of ``--iters`` back-to-back calls (CUDA events
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import statistics
@@ -22,6 +21,8 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from .cli_parser import Parser
 
 
 def _median_ms(fn: Callable[[], object], iters: int, warmup: int = 25) -> float:
@@ -351,19 +352,23 @@ def environment() -> str:
             f"cuDNN frontend {getattr(cudnn, '__version__', '?')}")
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="te-compile bench", description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="2,16,4096,128", help="B,H,S,D")
-    p.add_argument("--iters", type=int, default=50)
+def parser() -> Parser:
+    p = Parser("te-compile bench", __doc__.splitlines()[0])
+    p.add_argument("--shape", default="2,16,4096,128", help="B,H,S,D of q, k and v (bf16)")
+    p.add_argument("--iters", type=int, default=50, help="timed calls per row (after warm-up); the median is kept")
     p.add_argument("--out", help="write the markdown table here")
     p.add_argument("--json", help="write the raw rows here")
     p.add_argument("--suite", choices=["sdpa", "flex", "bias", "all"], default="all",
                    help="sdpa: SDPA forms; flex: flex_attention variants vs Inductor flex; "
-                        "bias: frozen/learned bias and a learned rel-pos table (issue 4); all: everything")
-    a = p.parse_args(argv)
+                        "bias: frozen / learned bias and a learned relative-position table; all: everything")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    a = parser().parse_args(argv)
     if not torch.cuda.is_available():
-        print("te-compile bench: needs a CUDA GPU with cuDNN (this machine has none); "
-              "see docs/benchmarks.md for measured results", file=sys.stderr)
+        print("te-compile bench: needs a CUDA GPU with cuDNN (torch.cuda.is_available() is False here); "
+              "docs/benchmarks.md has measured results", file=sys.stderr)
         return 2
     shape = tuple(int(x) for x in a.shape.split(","))
     # Inductor's compile worker processes start in the background on the first compile and slow

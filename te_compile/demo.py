@@ -6,7 +6,6 @@ On a GPU the attention runs on cuDNN (bf16) and the step time is compared with d
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
@@ -19,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .cli_parser import Parser
 from .reasons import SLOWER, category
 
 
@@ -120,17 +120,22 @@ def main(argv: Optional[list[str]] = None) -> int:
         return _main(argv)
 
 
-def _main(argv: Optional[list[str]] = None) -> int:
-    import te_compile
-
-    p = argparse.ArgumentParser(prog="te-compile demo", description="te_compile demo: compile a small GPT and report")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--seq", type=int, default=None)
-    p.add_argument("--batch", type=int, default=None)
+def parser() -> Parser:
+    p = Parser("te-compile demo", "te_compile demo: compile a small GPT and report")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="cuda: bf16 on cuDNN; cpu: float32 on the reference kernel (the default is this machine's)")
+    p.add_argument("--seq", type=int, default=None, help="sequence length (none given: 2048 on a GPU, 64 on a CPU)")
+    p.add_argument("--batch", type=int, default=None, help="batch size (none given: 4 on a GPU, 2 on a CPU)")
     p.add_argument("--serve", choices=("fastest", "always"), default=None,
                    help="te_compile's serve policy (default: fastest, or TE_COMPILE_SERVE): 'always' puts every "
                         "site cuDNN can serve on cuDNN, even where the cost model says torch.compile is faster")
-    a = p.parse_args(argv)
+    return p
+
+
+def _main(argv: Optional[list[str]] = None) -> int:
+    import te_compile
+
+    a = parser().parse_args(argv)
     dev = torch.device(a.device)
     gpu = dev.type == "cuda"
     if gpu and not torch.cuda.is_available():

@@ -190,11 +190,11 @@ def test_each_command_has_its_own_help(command, usage, capsys):
     ("return 1", "must return (model_or_fn, args[, kwargs])"),
 ])
 def test_cli_bad_factory_returns(tmp_path, monkeypatch, body, msg):
-    from te_compile.__main__ import _load
+    from te_compile.__main__ import UserError, _load
     name = f"badfactory_{abs(hash(body))}"  # one module per case (imported modules are cached)
     (tmp_path / f"{name}.py").write_text(f"def make():\n    {body}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(UserError) as e:
         _load(f"{name}:make")
     assert msg in str(e.value)
 
@@ -225,12 +225,13 @@ def test_cli_explain_mode_and_code():
     assert "3 attention site(s)" in r.stdout and "# graph 0" in r.stdout and "te_compile.attn_fwd" in r.stdout
 
 
-def test_cli_tune_on_a_cpu_model(tmp_path):
-    """On a CPU model there is nothing to measure: tune says so per line and leaves the cache empty."""
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_cli_tune_without_a_gpu_says_so(tmp_path):
+    """Without a GPU there is nothing to measure: tune exits non-zero with one line; --list still lists the cache."""
     env = {"TE_COMPILE_CACHE_DIR": str(tmp_path)}
     r = _cli("tune", "te_compile.demo:example", env=env)
-    assert r.returncode == 0, r.stderr
-    assert "te-compile tune: te_compile.demo:example on cpu" in r.stdout
-    assert "te-compile tune: 0 site(s) measured" in r.stdout and "3 site(s) in the model" in r.stdout
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "te-compile tune: needs a CUDA GPU (torch.cuda.is_available() is False here): it measures kernels on the "
+        "GPU it runs on"], r.stderr
     r = _cli("tune", "--list", env=env)
     assert r.returncode == 0 and f"0 measurement(s) in {tmp_path}" in r.stdout
