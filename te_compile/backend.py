@@ -23,7 +23,7 @@ from .passes.decision import TARGETS
 from .passes.find import example_value
 from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
-from . import stale_outputs, tuning
+from . import stale_outputs, tuning, user_warnings
 from .tuning import graph_check
 from .cudnn import graph_work
 from .fxcopy import copy_graph
@@ -298,10 +298,9 @@ def _finish(gm: GraphModule, decisions: list, options: Options) -> GraphReport:
     if _depends_on_other_requires_grad(decisions):
         _guard_requires_grad_flips()
     if options.verify and decisions and not any(d.runs_on == "cudnn" for d in decisions):
-        import warnings
         msg = ("te_compile: verify=True compares cuDNN with the reference math, but no attention site of this "
                "graph runs on cuDNN (CPU inputs, target='reference', or kept sites): nothing is verified")
-        warnings.warn(msg, RuntimeWarning, stacklevel=2)  # once (not also logged: the CLI would print it twice)
+        user_warnings.warn(msg)  # not also logged: the CLI would print it twice
     for d in decisions:  # why a served site was judged faster (te_compile.tuning), for the report
         if d.runs_on == "cudnn" and d.spec is not None and not d.reason:
             d.note = tuning.served_note(d.spec, example_value(d.site.q))

@@ -10,12 +10,11 @@ from __future__ import annotations
 import inspect
 import contextlib
 import types
-import warnings
 from typing import Any, Callable, Optional
 
 import torch
 
-from . import tuning
+from . import tuning, user_warnings
 from .backend import explain_backend
 from .report import Report, record_reports
 
@@ -103,5 +102,5 @@ def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_ea
     if not graphs:
         report.note = ("Dynamo compiled no graph: the call ran eagerly (torch.compiler.disable, a recompile "
                        "limit hit on this code, or no tensor work); TORCH_LOGS=recompiles,graph_breaks says why")
-        warnings.warn(f"te_compile.explain: {report.note}", RuntimeWarning, stacklevel=2)
+        user_warnings.warn(f"te_compile.explain: {report.note}")
     return report

@@ -18,13 +18,12 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-import warnings
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from . import blockmask, reference, verify
+from . import blockmask, reference, user_warnings, verify
 from .cudnn import native
 from .layout import empty_like_layout
 from .spec import AttentionSpec
@@ -63,7 +62,7 @@ def _warn_fallback(spec_key: str, direction: str, why: str) -> None:
     msg = (f"te_compile: cuDNN could not serve the attention {direction} ({spec.describe()}); "
            f"running the reference math instead (correct but slow). Reason: {why}")
     log.warning(msg)
-    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    user_warnings.warn(msg)
 
 
 def split_extra(spec: AttentionSpec, q: Tensor, k: Tensor, extra: list[Tensor]) -> list[Tensor]:
