@@ -136,6 +136,9 @@ def explain_parser() -> Parser:
     p.add_argument("--code", action="store_true", help="also print the rewritten graphs' code")
     p.add_argument("--mode", default=None, choices=MODES,
                    help="the torch.compile mode the model runs under (reduce-overhead: decide as under CUDA graphs)")
+    p.add_argument("--for", dest="for_device", default=None, choices=["cuda"],
+                   help="decide every site as on a CUDA GPU, whatever device the model is on (on a machine without "
+                        "one: what te_compile would run there, with dtype, support and speed reasons)")
     return p
 
 
@@ -147,7 +150,7 @@ def _explain(argv: list[str]) -> int:
     t0 = time.perf_counter()
     print(f"te-compile: compiling {a.factory} (target {a.target}, inner {a.inner}) ...", file=sys.stderr, flush=True)
     report = _user_call(f"te-compile explain: {a.factory}'s model", te_compile.explain, fn, *args, target=a.target,
-                        inner=a.inner, mode=a.mode, **kwargs)
+                        inner=a.inner, mode=a.mode, for_device=a.for_device, **kwargs)
     print(f"te-compile: done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     if a.json:
         d = report.to_dict()

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch.fx import GraphModule
 
-from .passes.decision import TARGETS
+from .passes.decision import TARGETS, deciding_for
 from .passes.find import example_value
 from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
@@ -103,6 +103,9 @@ class Options:
     #: decide sites as if the graph runs under CUDA graphs (True) or not (False); None: from torch.compile's
     #: mode / options and Inductor's config (te_compile.explain(mode=...) sets it for its aot_eager compile)
     cuda_graphs: Optional[bool] = None
+    #: decide every site as for this device ("cuda"), whatever device its inputs are on (te_compile.explain's
+    #: for_device: what a GPU would run, asked on a CPU); the graph itself runs on its own device
+    for_device: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.verify, bool):
@@ -115,6 +118,10 @@ class Options:
             raise ValueError(f"unknown target {self.target!r}; expected one of {TARGETS}")
         if self.serve not in SERVE:
             raise ValueError(f"unknown serve policy {self.serve!r}; expected one of {SERVE}")
+        if self.for_device not in (None, "cuda"):
+            raise ValueError(f"for_device must be None or 'cuda', got {self.for_device!r}")
+        if self.for_device is not None and self.target != "auto":
+            raise ValueError("for_device decides for cuDNN: it goes with target='auto'")
 
 
 def _checker(target: str, serve: str = "fastest", cuda_graphs: bool = False) -> Optional[Callable[..., Optional[str]]]:
@@ -281,7 +288,8 @@ def _compile_or_serve_kept(gm: GraphModule, example_inputs: list[Any], options: 
 def _rewrite(gm: GraphModule, original: torch.fx.Graph, options: Options, checker: Any) -> list:
     """``rewrite_graph``; a failed rewrite hands on the graph as Dynamo captured it (``original``)."""
     try:
-        with graph_work.graph(gm):  # the cost model weighs host time against the graph's other GPU work
+        with graph_work.graph(gm), deciding_for(options.for_device):  # (the cost model weighs host time
+            # against the graph's other GPU work)
             return rewrite_graph(gm, options.target, checker, options.verify)
     except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
         # the rewrite may have stopped half-way: hand on the graph as Dynamo captured it
@@ -305,7 +313,7 @@ def _finish(gm: GraphModule, decisions: list, options: Options) -> GraphReport:
         if d.runs_on == "cudnn" and d.spec is not None and not d.reason:
             d.note = tuning.served_note(d.spec, example_value(d.site.q))
     report = GraphReport(_graph_counter, decisions, gm.code, options, _cudnn_version(decisions, options),
-                         _call_path(decisions))
+                         _call_path(decisions, options))
     record(report)
     for d in decisions:
         if d.rewrite:
@@ -319,10 +327,10 @@ def _finish(gm: GraphModule, decisions: list, options: Options) -> GraphReport:
     return report
 
 
-def _call_path(decisions: list) -> str:
+def _call_path(decisions: list, options: Options) -> str:
     """Turn the native call path on for a graph with a site on cuDNN (its build runs once per machine); its
-    status line, "" when no site runs on cuDNN."""
-    if not any(d.runs_on == "cudnn" for d in decisions):
+    status line, "" when no site runs on cuDNN (or the sites were decided for a device this is not)."""
+    if options.for_device is not None or not any(d.runs_on == "cudnn" for d in decisions):
         return ""
     from .cudnn import native
     return native.enable()

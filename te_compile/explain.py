@@ -71,9 +71,16 @@ def isolated_compile(fn: Callable, backend: Any, mode: Optional[str] = None) -> 
 _ISOLATE = "isolate_recompiles" in inspect.signature(torch.compile).parameters
 
 
+#: what a report decided for a GPU on a machine without one cannot know
+FOR_CUDA_NOTE = ("decided for a CUDA GPU on a machine without one: cuDNN's support is the installed cuDNN frontend's "
+                 "own check (no plans are built here); not known here: the cuDNN version (a site cuDNN rejects only at "
+                 "plan time stays with torch.compile on the GPU) and the card (the speed rules are the built-in "
+                 "ones); run explain on the GPU for its decisions")
+
+
 def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_eager",
             verify: bool = False, serve: Optional[str] = None, mode: Optional[str] = None,
-            **kwargs: Any) -> Report:
+            for_device: Optional[str] = None, **kwargs: Any) -> Report:
     """Compile ``fn`` (a module or function) with te_compile, call it once on ``args``, and report.
 
     Uses ``aot_eager`` by default (the decisions do not depend on the inner compiler, and it is
@@ -85,13 +92,18 @@ def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_ea
     ``mode``: the ``torch.compile`` mode the model will run under; the decisions follow it (under CUDA
     graphs, ``mode="reduce-overhead"``, the cost model counts kernel time only). With ``inner="inductor"``
     it is also passed to the compile.
+
+    ``for_device="cuda"``: decide every site as on a CUDA GPU, whatever device ``args`` are on, so a machine
+    without a GPU can tell what te_compile would run there (dtype, support and speed reasons included); the
+    model still runs on its own device (sites decided for cuDNN run the reference kernel there), and the report
+    names what it cannot know without the GPU.
     """
     cuda_graphs = None
     if mode is not None and mode != "default":
         from torch._inductor import list_mode_options
         cuda_graphs = bool(list_mode_options(mode).get("triton.cudagraphs", False))
     be = explain_backend(tuning.is_measuring(), inner=inner, target=target, verify=verify, cuda_graphs=cuda_graphs,
-                         **({"serve": serve} if serve else {}))
+                         for_device=for_device, **({"serve": serve} if serve else {}))
     if mode is not None and inner == "inductor":
         extra_mode = {"mode": mode}
     else:
@@ -99,6 +111,8 @@ def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_ea
     with _own_entries(fn) as (entry, extra), record_reports() as graphs:
         torch.compile(entry, backend=be, **extra, **extra_mode)(*args, **kwargs)
     report = Report(list(graphs))
+    if for_device == "cuda" and not torch.cuda.is_available():
+        report.note = FOR_CUDA_NOTE
     if not graphs:
         report.note = ("Dynamo compiled no graph: the call ran eagerly (torch.compiler.disable, a recompile "
                        "limit hit on this code, or no tensor work); TORCH_LOGS=recompiles,graph_breaks says why")

@@ -167,6 +167,7 @@ _RUN_BY = {
     "demo": "test_demo_output.py::test_demo_prints_one_report_and_no_warnings",
     "explain": "test_cli_and_options.py::test_installed_script_finds_a_module_in_the_current_folder",
     "explain --json": "test_cli_and_options.py::test_cli_explain_table_and_json",
+    "explain --for": "test_explain_for_device.py::test_the_command_line",
 }
 
 

@@ -9,9 +9,11 @@ shows whatever the steps before it had learned, plus the reason.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import numbers
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch.fx import Node
@@ -161,9 +163,24 @@ def constant_scale(scale: Any) -> Optional[float]:
     return float(scale)
 
 
+#: the device sites are decided for when it is not the one their inputs are on (``deciding_for``)
+_FOR_DEVICE: contextvars.ContextVar = contextvars.ContextVar("te_compile_for_device", default=None)
+
+
+@contextlib.contextmanager
+def deciding_for(device: Optional[str]) -> Iterator[None]:
+    """Decide the sites of graphs rewritten inside this block as for ``device`` ("cuda"), whatever device their
+    inputs are on: a CPU machine asking what a GPU would run (te_compile.explain's ``for_device``)."""
+    token = _FOR_DEVICE.set(device)
+    try:
+        yield
+    finally:
+        _FOR_DEVICE.reset(token)
+
+
 def impl_for(target: str, q: torch.Tensor) -> str:
     """"cudnn" or "reference" for a site with inputs like ``q``; Keep for non-CUDA sites under "auto"."""
-    if target == "auto" and q.device.type != "cuda":
+    if target == "auto" and q.device.type != "cuda" and _FOR_DEVICE.get() != "cuda":
         raise Keep(f"inputs on {q.device.type}: target 'auto' rewrites CUDA sites only "
                    f"(target='reference' rewrites to the reference kernel)", DEVICE)
     return "cudnn" if target == "auto" else "reference"
