@@ -12,24 +12,26 @@ CUDA   := $(VENV)/.installed-cuda
 
 .PHONY: demo test test-cuda bench install clean fuzz fuzz-cuda
 
-# the demo: te_compile and torch, nothing else (on a CPU no CUDA package)
+# the demo: te_compile and torch, nothing else (on a CPU no CUDA package). The commands run the checkout's own
+# te_compile (Python puts the current folder first), so the installed copy only registers the package's metadata
+# and entry points: it is reinstalled when pyproject.toml changes
 $(BASE): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_PIN)
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q .
 	touch $(BASE)
 
 # the CPU suite checks the cuDNN target's decisions with the cuDNN frontend's own validator, which runs without a
 # GPU: the frontend's Python package alone (--no-deps: its CUDA libraries are needed only to run on a GPU)
 $(TESTS): $(BASE)
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q ".[test]"
 	$(PY) -m pip install -q --no-deps "nvidia-cudnn-frontend>=1.32"
 	touch $(TESTS)
 
 # on a CUDA machine: the frontend with everything it runs with
 $(CUDA): $(TESTS)
-	$(PY) -m pip install -q -e ".[test,cuda]"
+	$(PY) -m pip install -q ".[test,cuda]"
 	touch $(CUDA)
 
 install: $(BASE)

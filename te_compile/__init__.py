@@ -62,3 +62,22 @@ def _register_torch_logs() -> None:
 
 
 _register_torch_logs()
+
+
+def _register_backend_name() -> None:
+    """``torch.compile(model, backend="te_compile")`` finds te_compile through its entry point once it is installed;
+    a checkout used without installing (on ``PYTHONPATH``) registers the name when imported."""
+    try:
+        from importlib.metadata import entry_points
+
+        if any(ep.name == "te_compile" for ep in entry_points(group="torch_dynamo_backends")):
+            return
+        from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+        if "te_compile" not in _COMPILER_FNS:
+            register_backend(compiler_fn=te_compile_backend, name="te_compile")
+    except Exception:  # noqa: BLE001 - registering the name must never break import
+        pass
+
+
+_register_backend_name()

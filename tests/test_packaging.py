@@ -37,7 +37,7 @@ def _names(reqs: list[str]) -> set[str]:
 def test_cudnn_frontend_is_the_cuda_extra_not_a_requirement():
     """CPU users (reference target) get no CUDA packages; GPU users install te_compile[cuda]."""
     project = _pyproject()["project"]
-    assert project["license"] == {"text": "Apache-2.0"}  # the table form, on purpose (see pyproject.toml)
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]  # SPDX, no banner
     assert _names(project["dependencies"]) == {"torch", "numpy"}
     extras = project["optional-dependencies"]
     assert extras["cuda"] == ["nvidia-cudnn-frontend>=1.32"]
