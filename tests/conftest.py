@@ -13,6 +13,18 @@ os.environ["TE_COMPILE_SERVE"] = "always"
 os.environ.setdefault("TE_COMPILE_UNCHECKED_CUDNN", "serve")
 
 
+def pytest_configure(config):
+    """The CPU suite checks the cuDNN target's decisions with the cuDNN frontend's own validator (no GPU needed):
+    without the frontend, stop at once with one message, not a mix of skips and failures."""
+    try:
+        import cudnn  # noqa: F401
+    except ImportError as e:
+        raise pytest.UsageError(
+            f"the CPU suite needs the cuDNN frontend's Python package ({type(e).__name__}: {e}): "
+            "pip install --no-deps 'nvidia-cudnn-frontend>=1.32' (make test does; its validator runs on a CPU, "
+            "its CUDA libraries are needed only on a GPU)") from None
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()

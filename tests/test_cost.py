@@ -6,7 +6,6 @@ training steps, docs/benchmarks.md): plain SDPA and short sequences measured slo
 and must be served; sliding windows (0.65x), ALiBi + causal (0.80x) and prefix-LM masks (0.27x)
 measured slower at 2x16x4096x128 and must be kept."""
 
-import importlib.util
 
 import pytest
 import torch
@@ -18,9 +17,6 @@ from te_compile.cudnn.cost import estimate, slower_reason
 from te_compile.reasons import SLOWER, category
 from te_compile.spec import AttentionSpec
 
-#: the tests that run cuDNN's support check (the frontend's CPU-side validator) need the frontend installed
-needs_frontend = pytest.mark.skipif(importlib.util.find_spec("cudnn") is None,
-                                    reason="needs the cuDNN frontend (pip install '.[cuda]'); its validator runs on CPU")
 
 
 def _t(*shape):
@@ -81,7 +77,6 @@ def test_symbolic_or_reference_sites_are_not_judged():
     assert slower_reason(q, k, v, None, AttentionSpec(mask="causal", impl="reference"), True, False) is None
 
 
-@needs_frontend
 def test_backend_composes_the_cost_model_only_for_fastest():
     import dataclasses
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -119,7 +114,6 @@ def test_default_policy_comes_from_the_environment(monkeypatch):
     assert te_compile.backend(serve="fastest").options.serve == "fastest"
 
 
-@needs_frontend
 def test_prefix_lm_split_is_checked_and_kept_for_speed():
     """A prefix-LM mask is a two-call split on cuDNN (te_compile.cudnn.prefix): the support check validates
     those two graphs, and the cost model keeps the site, with or without CUDA graphs (1.63 vs 1.49 ms per
@@ -146,7 +140,6 @@ def test_bottom_right_band_with_fewer_queries_is_kept():
     assert slower_reason(q, k, v, None, AttentionSpec(source="flex", mask_mod=CAUSAL), True, False, True) is None
 
 
-@needs_frontend
 def test_under_cuda_graphs_only_the_kernels_count():
     """mode="reduce-overhead" replays CUDA graphs: no host time per call on either side, so a short
     softcap site (kept for its host time otherwise) is served, and plain SDPA (the same class of kernel
@@ -165,7 +158,6 @@ def test_under_cuda_graphs_only_the_kernels_count():
     assert _checker("auto", "fastest", cuda_graphs=True)(q, k, v, None, softcap, True, False) is None
 
 
-@needs_frontend
 def test_backend_and_explain_follow_cuda_graphs(monkeypatch):
     """The decision under CUDA graphs follows the backend's options: a short softcap flex site is kept for
     host time by default and served when the graph runs under CUDA graphs; explain(mode=...) asks the

@@ -183,7 +183,7 @@ def test_row_infix_means_the_same(name):
 
 @pytest.mark.parametrize("name", list(OPS))
 def test_row_cudnn_emission(name):
-    cudnn = pytest.importorskip("cudnn")
+    import cudnn
     from te_compile.cudnn.emit import structure
     from te_compile.cudnn.lowering import lower
 

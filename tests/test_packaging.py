@@ -47,13 +47,34 @@ def test_cudnn_frontend_is_the_cuda_extra_not_a_requirement():
     assert CUDA_EXTRA in extras and FRONTEND in extras[CUDA_EXTRA]
 
 
-def test_make_test_installs_what_the_cpu_suite_needs():
-    """The CPU suite validates cuDNN graphs with the frontend (tests/test_cudnn_decisions.py): the Makefile's
-    venv installs the cuda extra with the test extra."""
+def _recipe(make: str, target: str) -> str:
+    return make.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+
+
+def test_make_installs_per_purpose():
+    """``make demo`` installs te_compile and torch alone (no CUDA package on a CPU); ``make test`` adds the test
+    extra and the cuDNN frontend's Python package without its CUDA dependencies (its validator runs on a CPU);
+    the cuda extra, with everything, only for the GPU targets."""
     with open(os.path.join(ROOT, "Makefile")) as f:
         make = f.read()
-    installs = re.findall(r'pip install -q -e "\.\[([a-z,]+)\]"', make)
-    assert installs and set(installs[0].split(",")) == {"test", "cuda"}, installs
+    base, tests, cuda = _recipe(make, "$(BASE)"), _recipe(make, "$(TESTS)"), _recipe(make, "$(CUDA)")
+    assert re.findall(r"pip install -q (\S+)$", base, re.M) == ["$(TORCH_PIN)", "."]
+    assert 'pip install -q ".[test]"' in tests and 'pip install -q --no-deps "nvidia-cudnn-frontend>=1.32"' in tests
+    assert 'pip install -q ".[test,cuda]"' in cuda
+    assert _recipe(make, "demo").startswith(" $(BASE)") and _recipe(make, "test").startswith(" $(TESTS)")
+    for target in ("test-cuda", "fuzz-cuda", "bench"):
+        assert _recipe(make, target).startswith(" $(CUDA)"), target
+
+
+def test_the_cpu_suite_refuses_to_run_without_the_frontend():
+    """One rule for the frontend in the CPU suite: make test installs it, and without it collection stops with
+    one message (no mix of skips and failures)."""
+    code = ("import sys; sys.modules['cudnn'] = None\n"  # import cudnn raises ImportError
+            "import pytest; sys.exit(pytest.main(['-q', '--collect-only', '-p', 'no:cacheprovider', "
+            "'tests/test_spec.py']))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 4, (r.returncode, r.stdout[-1000:], r.stderr[-1000:])
+    assert "the CPU suite needs the cuDNN frontend's Python package" in r.stdout + r.stderr
 
 
 def test_readme_shows_both_install_paths_after_the_two_commands():
