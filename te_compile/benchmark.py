@@ -117,7 +117,7 @@ def flex_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
 
 
 def bias_cases(B: int, H: int, L: int, D: int, dtype: torch.dtype):
-    """Issue 4's cases: (name, [(impl, fn or compiled, args, grads_of, sdpa backend or None)])."""
+    """The bias suite's cases: (name, [(impl, fn or compiled, args, grads_of, sdpa backend or None)])."""
     from torch.nn.attention.flex_attention import flex_attention
 
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -233,7 +233,7 @@ def run_bias(shape: tuple[int, int, int, int], iters: int, log: Callable[[str], 
 
 
 def bias_summary(rows: list[dict]) -> str:
-    """Issue 4's targets: frozen- vs learned-bias backward, learned rel-pos table vs Inductor flex."""
+    """The bias suite's rows: frozen- vs learned-bias backward, a learned rel-pos table vs Inductor flex."""
     by = {(r["case"], r["impl"]): r for r in rows}
     out = []
     fz, ln = by.get(("frozen float bias", "te_compile")), by.get(("learned float bias", "te_compile"))

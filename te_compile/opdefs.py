@@ -1,4 +1,4 @@
-"""The ScoreExpr ops, one row each (issue "One table per concept").
+"""The ScoreExpr ops, one row each.
 
 An ``OpDef`` is everything te_compile knows about one op of the IR (te_compile.expr), and each module
 reads the part it needs from it instead of keeping a table of its own:

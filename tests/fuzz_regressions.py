@@ -1,4 +1,4 @@
-"""One small case per bug class the differential fuzzer found (issue "Zero wrong answers"), shared by
+"""One small case per bug class the differential fuzzer found, shared by
 the CPU tests (reference target, float64) and the CUDA tests (cuDNN, bf16 vs eager fp32)."""
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def test_flex_gqa_softcap_causal():
 
 def test_learned_relative_position_table_on_cudnn():
     """score + table[h, q - kv]: the gather becomes a bias, cuDNN computes dBias, autograd carries
-    it back to the table (issue 4's additive split)."""
+    it back to the table (the additive split)."""
     L = 256
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(2, H, L, 64, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))

@@ -1,4 +1,4 @@
-"""issue 12: `make demo` on a fresh CPU venv prints one short site report and no warnings."""
+"""`make demo` on a fresh CPU venv prints one short site report and no warnings."""
 
 import logging
 import os

@@ -198,3 +198,24 @@ def test_readme_commands_are_tested_or_marked_gpu_only(capsys):
         source = _read(os.path.join("tests", module))
         assert f"def {test}(" in source, _RUN_BY[key]
         assert all(f'"{w}"' in source for w in [sub] + flags), (_RUN_BY[key], sub, flags)
+
+
+# history in code: comments, docstrings and help say what is, not which piece of work made it
+_CODE_HISTORY = re.compile(r"""
+    \bissues?\s*(?:\#\s*)?\d+
+  | \bissues?\s+"
+  | (?<![\w&/])\#\d+\b
+  | \.\./shared
+  | \brestores?\ the\ old\b
+  | \bas\ of\ \d{4}-\d\d-\d\d
+""", re.I | re.X)
+
+
+def test_code_names_no_issues_or_work_history():
+    files = [p for d in ("te_compile", "bench", "tests") for p in glob.glob(os.path.join(ROOT, d, "**", "*.py"),
+                                                                      recursive=True)]
+    bad = [f"{os.path.relpath(p, ROOT)}:{i}: {line.strip()[:120]}" for p in sorted(files)
+           if os.sep + "probes" + os.sep not in p
+           for i, line in enumerate(_read(os.path.relpath(p, ROOT)).splitlines(), 1)
+           if _CODE_HISTORY.search(line) and "_CODE_HISTORY" not in line]
+    assert not bad, "\n".join(bad)

@@ -1,4 +1,4 @@
-"""A regression case per bug class of issue "Zero wrong answers", on CPU (reference target, float64):
+"""A regression case per bug class of the differential fuzzer, on CPU (reference target, float64):
 each runs compiled with te_compile and in eager, and every output and gradient must agree."""
 
 import math

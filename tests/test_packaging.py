@@ -15,7 +15,7 @@ def test_license_file_and_metadata():
     assert "LICENSE" in (md.get_all("License-File") or [])
 
 
-# --------------------------------------------------------------------------- issue 12: how the cuDNN frontend is installed
+# --------------------------------------------------------------------------- how the cuDNN frontend is installed
 
 import re  # noqa: E402
 import subprocess  # noqa: E402

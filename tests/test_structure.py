@@ -1,4 +1,4 @@
-"""The package's layout rules (issues "One decision pipeline", "One table per concept"): no import cycle
+"""The package's layout rules: no import cycle
 between te_compile modules (imports inside functions included), the passes never import the ops or cuDNN,
 no te_compile module imports another's private (``_name``) symbols, and no function in te_compile is
 longer than 60 lines."""

@@ -76,7 +76,7 @@ class EmitOptions:
     #: every graph with captured inputs gets them broadcast (for probes)
     full_inputs: bool = False
     #: treat inverse causal (``kv_idx >= q_idx``) like causal: mask first, a select on the raw score. Off: cuDNN
-    #: skipped tiles as if it were causal (``is_causal_cmp``); 1 restores the old emission, for probes
+    #: skipped tiles as if it were causal (``is_causal_cmp``); 1 emits the band without that guard
     mask_first_inverse: bool = False
 
     def __post_init__(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-#: case name -> site class, for sweep files that do not record the class (bench/sweep.py as of 2026-11-27,
+#: case name -> site class, for sweep files that do not record the class (bench/sweep.py's variants,
 #: every site served: ALiBi + causal with cuDNN's slopes is native there; the document mask is never served)
 CASE_CLASS = {
     "flex none": "flex plain", "flex causal": "flex native band", "flex sliding <=": "flex native band",
