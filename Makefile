@@ -48,11 +48,11 @@ FUZZ_CASES ?= 2000
 FUZZ_JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_SEED  ?= $(shell date +%s)
 fuzz: $(TESTS)
-	$(PY) -m te_compile.testing.fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) --jobs $(FUZZ_JOBS) --json fuzz-cpu.jsonl
+	$(PY) -m tools.fuzz --cases $(FUZZ_CASES) --seed $(FUZZ_SEED) --jobs $(FUZZ_JOBS) --json fuzz-cpu.jsonl
 
 # ... and the GPU run (cuDNN, bf16 vs eager fp32, serve="always"), on a CUDA machine
 fuzz-cuda: $(CUDA)
-	$(PY) -m te_compile.testing.fuzz --device cuda --cases 500 --seed $(FUZZ_SEED) --jobs 10 --json fuzz-cuda.jsonl
+	$(PY) -m tools.fuzz --device cuda --cases 500 --seed $(FUZZ_SEED) --jobs 10 --json fuzz-cuda.jsonl
 
 # on a CUDA machine: the cuDNN numerics tests and the benchmark
 test-cuda: $(CUDA)

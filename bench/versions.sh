@@ -22,7 +22,7 @@ for tag in base new; do
 done
 for tag in base new; do  # correctness runs of both versions in parallel (no timing)
   case ",$what," in *,suite,*) (run $tag python3 -m pytest -q -m cuda tests -p no:cacheprovider > "$out/suite_$tag.txt" 2>&1) & ;; esac
-  case ",$what," in *,fuzz,*) (run $tag python3 -m te_compile.testing.fuzz --device cuda --cases 500 --seed "$seed" \
+  case ",$what," in *,fuzz,*) (run $tag python3 -m tools.fuzz --device cuda --cases 500 --seed "$seed" \
       --jobs 4 --json "$out/fuzz_$tag.jsonl" > "$out/fuzz_$tag.txt" 2>&1) & ;; esac
 done
 wait

@@ -30,7 +30,7 @@ def _median_ms(fn: Callable[[], object], iters: int, warmup: int = 25) -> float:
 
     Each call sits between two CUDA events and nothing synchronizes inside the loop, so the
     host runs ahead and its per-call overhead is hidden whenever it is shorter than the
-    kernels (``triton.testing.do_bench`` measures the same way). bench/overhead.py measures
+    kernels (``triton.testing.do_bench`` measures the same way). bench/host_time.py measures
     the host side separately.
     """
     for _ in range(warmup):
@@ -373,7 +373,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     shape = tuple(int(x) for x in a.shape.split(","))
     # Inductor's compile worker processes start in the background on the first compile and slow
     # the host side of whatever is measured next (1.5-2x measured for the te_compile row that
-    # followed, bench/probes/jitter.py): compile in-process so every row is timed on a quiet machine
+    # followed; docs/cudnn-notes.md): compile in-process so every row is timed on a quiet machine
     import torch._inductor.config as inductor_config
     inductor_config.compile_threads = 1
     _warm_gpu()

@@ -3,7 +3,7 @@ the CPU tests (reference target, float64) and the CUDA tests (cuDNN, bf16 vs eag
 
 from __future__ import annotations
 
-from te_compile.testing.fuzz import Case
+from tools.fuzz import Case
 
 
 def _score(body: str) -> str:

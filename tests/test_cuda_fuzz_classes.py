@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import te_compile
-from te_compile.testing import fuzz
+from tools import fuzz
 
 from fuzz_regressions import cases
 

@@ -436,7 +436,7 @@ SQRT_ABS_PER_HEAD = "(sqrt (add (abs (mul (mul (mul score 2) (in 0)) (sub kv_idx
 def test_an_op_on_inputs_and_constants_alone_gets_full_inputs_or_is_kept(score, op_in):
     """By default a graph that would have an op with no full operand is emitted with its inputs broadcast first
     (served); without that (``full_inputs_where_needed=0``) the site is kept with the op named, and
-    ``keep_broadcast_only=0`` serves it anyway (the probes' switch)."""
+    ``keep_broadcast_only=0`` serves it anyway (the diagnostic switch)."""
     from te_compile.cudnn import emit, lowering
     q = torch.empty(2, 2, 200, 64, device="meta", dtype=torch.bfloat16)
     k = torch.empty(2, 1, 200, 64, device="meta", dtype=torch.bfloat16)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from te_compile.reasons import CUDNN_VERSION, category
-from te_compile.testing import fuzz
+from tools import fuzz
 
 
 def test_describe():

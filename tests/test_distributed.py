@@ -1,6 +1,6 @@
 """te_compile under torch.distributed (DDP, FSDP2, tensor parallel, DTensor inputs, context parallel).
 
-Each test launches ``torchrun --nproc-per-node 2 -m te_compile.testing.distributed`` and asserts on its
+Each test launches ``torchrun --nproc-per-node 2 -m tools.distributed`` and asserts on its
 JSON. The CUDA tests need 2 GPUs (and transformers for the Llama cases); the CPU test (gloo, te_compile's
 reference target, the learned-bias model) runs in CI.
 """
@@ -24,7 +24,7 @@ two_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device
 def _launch(tmp_path, *args: str, timeout: int = 900) -> dict:
     out = tmp_path / "dist.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "te_compile.testing.distributed", "--json", str(out), *args]
+           "-m", "tools.distributed", "--json", str(out), *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if not out.exists():

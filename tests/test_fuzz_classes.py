@@ -8,7 +8,7 @@ import torch
 
 import te_compile
 from te_compile import ir
-from te_compile.testing import fuzz
+from tools import fuzz
 
 from fuzz_regressions import cases
 

@@ -1,4 +1,4 @@
-"""A seeded slice of the differential fuzzer (te_compile.testing.fuzz) on CPU: random score_mods /
+"""A seeded slice of the differential fuzzer (tools.fuzz) on CPU: random score_mods /
 mask_mods and PyTorch's and attention-gym's own, compiled with te_compile's reference target against
 eager flex_attention / SDPA in float64. `make fuzz` runs a large slice, `make fuzz-cuda` the GPU."""
 
@@ -12,7 +12,7 @@ CASES = int(os.environ.get("TE_FUZZ_CASES", "200"))
 
 
 def test_fuzz_slice_has_no_wrong_answer_and_no_crash():
-    cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--cases", str(CASES), "--seed", "2026", "--jobs", "2"]
+    cmd = [sys.executable, "-m", "tools.fuzz", "--cases", str(CASES), "--seed", "2026", "--jobs", "2"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1500)
     summary = [ln for ln in r.stdout.splitlines() if ln.startswith("fuzz cpu:")]
     assert summary, r.stdout[-3000:] + r.stderr[-3000:]

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from te_compile.testing import fuzz
+from tools import fuzz
 
 # a stand-in worker: writes one result per case from `resume`; dies by SIGSEGV on case 1 of its first start,
 # and exits POISONED after writing case 3 (a crash it recorded itself)

@@ -2,7 +2,7 @@
 
 Two checks: the exact text for hand-picked expressions (precedence, parentheses, every op), and the
 meaning: the infix text, evaluated as Python with torch tensors, equals ``ir.evaluate`` of the
-expression, for PyTorch's / attention-gym's score_mods and mask_mods (te_compile.testing.peers) and
+expression, for PyTorch's / attention-gym's score_mods and mask_mods (tools.peers) and
 random fuzzer expressions, translated by te_compile's own translator.
 """
 
@@ -236,7 +236,7 @@ def _translate(fn, kind, names, tensors):
 
 
 def test_infix_means_the_same_for_the_peer_mods():
-    from te_compile.testing.peers import PEERS, build_globals, make_fn
+    from tools.peers import PEERS, build_globals, make_fn
 
     B, H, L, S = 2, 4, 16, 16
     checked = 0
@@ -255,7 +255,7 @@ def test_infix_means_the_same_for_the_peer_mods():
 
 
 def test_infix_means_the_same_for_random_fuzzer_mods():
-    from te_compile.testing.fuzz import build, make_case
+    from tools.fuzz import build, make_case
 
     checked = 0
     for seed in range(120):

@@ -8,7 +8,7 @@ import torch.nn.attention.flex_attention as fa
 import torch.nn.functional as F
 
 import te_compile
-from te_compile.testing.fuzz import eager_source
+from tools.fuzz import eager_source
 
 L, S = 24, 40
 
@@ -67,7 +67,7 @@ def test_eager_source_reads_chained_learned_tables_with_a_comma():
 
 def test_fuzzer_counts_torch_compiles_own_failure_as_invalid():
     """A kept site that plain torch.compile (same inner compiler) cannot run either is not te_compile's crash."""
-    from te_compile.testing import fuzz
+    from tools import fuzz
     case = fuzz.Case(seed=3, L=16, S=24, score="def score_mod(score, b, h, q_idx, kv_idx):\n"
                      "    return torch.exp2(torch.clamp(score + T1[q_idx][kv_idx], max=4.0))\n",
                      captured=[{"name": "T1", "shape": ["L", "S"], "make": "randn", "dtype": "float32", "learned": True}])

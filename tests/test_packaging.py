@@ -132,3 +132,18 @@ def test_cpu_user_without_the_frontend():
     p = subprocess.run([sys.executable, "-c", _WITHOUT_FRONTEND], cwd=ROOT, env=env, text=True,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
     assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout
+
+
+def test_the_wheel_holds_the_package_only(tmp_path):
+    """The installed package is te_compile alone (with the native call path's C++ source): the fuzzer, the peer
+    mods, the distributed harness and the tests stay in the checkout."""
+    import zipfile
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), ROOT],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (wheel,) = tmp_path.glob("te_compile-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "te_compile/cudnn/csrc/native_attn.cpp" in names and "te_compile/kernels.py" in names
+    outside = {n.split("/")[0] for n in names} - {"te_compile", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
+    assert not outside, outside
+    assert not [n for n in names if "fuzz" in n or "peers" in n or "distributed" in n], names

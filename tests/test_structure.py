@@ -51,7 +51,7 @@ def _imports(path: pathlib.Path) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
-    mods = {_module(p): p for p in PKG.rglob("*.py") if "testing" not in p.parts}
+    mods = {_module(p): p for p in PKG.rglob("*.py")}
     graph = {m: {i for i in _imports(p) if i in mods and i != m} for m, p in mods.items()}
     # the package __init__ re-exports the public API: importing it is not a dependency of a submodule
     return {m: {i for i in deps if i != "te_compile"} for m, deps in graph.items()}
@@ -148,7 +148,7 @@ def test_no_private_attributes_of_other_modules():
 #: measurements belong in docs/cudnn-notes.md and docs/benchmarks.md; comments keep the why. cost.py's
 #: comments document its calibration constants (they are the model's data), benchmark.py prints timings
 _TIMING = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us)\b|\bH[12]00\b")
-_TIMING_EXEMPT = {"cudnn/cost.py", "benchmark.py", "testing/distributed.py"}
+_TIMING_EXEMPT = {"cudnn/cost.py", "benchmark.py"}
 
 
 def _comment_lines(path: pathlib.Path):

@@ -80,8 +80,7 @@ def super_exponential(score: Optional[ir.Expr]) -> Optional[str]:
     entries and the backward's ``P * (dP - delta)`` rests on an exact cancellation that eager autograd gets (one-hot
     P) and cuDNN, whose ``delta`` comes from a separate reduction, does not; times the score_mod's derivative, the
     rounding left over is the gradient: ``exp(|2 score| ** 2.25 / 8)`` gave dQ, dK, dV 30% off and
-    ``exp(score * score)`` off by 1e21 where plain torch.compile matched eager (GPU fuzzer,
-    bench/probes/diag_steep.py, cuDNN 9.19); ``exp(4 * score)``, ``(2 score) ** 4``, ``exp(score * score / 4)``
+    ``exp(score * score)`` off by 1e21 where plain torch.compile matched eager (GPU fuzzer, cuDNN 9.19); ``exp(4 * score)``, ``(2 score) ** 4``, ``exp(score * score / 4)``
     passed. The forward is right."""
     def at(e: ir.Expr) -> Optional[str]:
         if e.op not in ("exp", "exp2") or "score" not in e.args[0].leaves() or ir.affine_in_score(e.args[0]):
@@ -139,8 +138,8 @@ def _short_keys(lw, k: torch.Tensor, needs_grad: bool) -> Optional[str]:
     """Why a training call with at most SHORT_KEYS keys and a score_mod that reads q_idx / kv_idx is not served:
     ``score + (kv_idx * kv_idx + q_idx) * c`` gave dQ inf at S = 64 (L = 64 and 200) once the index term spans
     40 or more (c = 0.01 to 0.1), with or without GQA, mask and padded-tile guard, and not at S = 32, 96, 127,
-    129, 200 nor without grads (GPU fuzzer and bench/probes/diag_wrong.py, cuDNN 9.19); a span of 4 passed.
-    Below 64 (bench/probes/diag_steep.py, 9.19): dQ and dK wrong at S = 63, right at 16, 33, 40, 48, 56. The
+    129, 200 nor without grads (GPU fuzzer, cuDNN 9.19); a span of 4 passed.
+    Below 64 (cuDNN 9.19): dQ and dK wrong at S = 63, right at 16, 33, 40, 48, 56. The
     cause is not known, so every size up to 64 is kept."""
     S = k.shape[2] if k.dim() == 4 else None
     if not needs_grad or lw.score is None or not isinstance(S, int) or S > SHORT_KEYS:

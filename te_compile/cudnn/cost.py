@@ -35,7 +35,7 @@ from .lowering import lower
 
 #: cuDNN SDPA throughput te_compile reaches (fwd+bwd FLOPs / time; 2x16x4096x128 no mask: 962 GFLOP in 1.84 ms)
 TE_TFLOPS = 520.0
-#: host time per step of a one-site compiled graph, ms (bench/sweep.py medians; bench/probes/layers.py):
+#: host time per step of a one-site compiled graph, ms (bench/sweep.py medians):
 #: training step (forward + backward) and forward only
 HOST_MS = {"te_compile": {"train": 1.10, "infer": 0.26}, "torch.compile": {"train": 0.70, "infer": 0.12}}
 #: backward FLOPs relative to the forward's (dQ, dK, dV and the recomputed scores)
@@ -57,7 +57,7 @@ SPEED_RATIO = {
     "flex additive score_mod": 1.34,  # an additive score_mod (ALiBi): 2.46 vs 1.84
     "flex additive score_mod + mask": 0.80,  # ALiBi + causal: cuDNN computes every tile (1.95 vs 1.56 step)
     # ALiBi + causal with cuDNN's own slopes (use_alibi_mask, which skips the masked tiles): Inductor's step
-    # 1.56 ms vs cuDNN's kernels 0.30 + 0.79 ms (bench/probes/probe_alibi_bias.py; te_compile.alibi)
+    # 1.56 ms vs cuDNN's kernels 0.30 + 0.79 ms (te_compile.alibi)
     "flex native ALiBi + causal": 1.43,
     "flex emitted mask": 0.27,  # a mask cuDNN cannot skip tiles for (prefix-LM: 5.55 vs 1.49 step)
     "flex gathered bias": 2.2,  # a relative-position table materialized as a bias (2.2x)
@@ -70,7 +70,7 @@ SPEED_RATIO = {
 }
 #: the table above as a calibration (te_compile.cudnn.calibration: refits for other GPUs / cuDNN versions)
 BUILTIN = calibration.Calibration("NVIDIA H200", 91900, TE_TFLOPS, HOST_MS, SPEED_RATIO,
-                                  "hand-fitted to bench/sweep.py and the probes, 2026-11-26 (te_compile/cudnn/cost.py)",
+                                  "hand-fitted to bench/sweep.py and per-call measurements, 2026-11-26 (te_compile/cudnn/cost.py)",
                                   "sm90")
 
 

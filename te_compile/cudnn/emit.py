@@ -211,7 +211,7 @@ class Emitter:
         self.score_expr, self.mask = lw.score, lw.mask
         self.inputs = list(inputs)  # IR tensors for (in i), created on the outer graph
         self.lw = lw
-        self.plan, self.deriv, self.guard, self.clamp = lw.mask_first, lw.deriv, lw.guard, lw.ninf_clamp
+        self.first, self.deriv, self.guard, self.clamp = lw.mask_first, lw.deriv, lw.guard, lw.ninf_clamp
         self.g: Any = None
         self.memo: dict = {}
 
@@ -226,11 +226,11 @@ class Emitter:
         if lowering_mod.OPTIONS.score_identity:  # EmitOptions.score_identity says why
             score = graph.identity(score, compute_data_type=_F32)
         self.score = self.raw = score
-        if self.plan is not None:  # mask first: cuDNN then skips masked tiles (module docstring)
+        if self.first is not None:  # mask first: cuDNN then skips masked tiles (module docstring)
             s1 = self._select(self.mask, score, self._const(float("-inf")))
             self.score = s1
             out = self._emit(self.score_expr)[0]
-            if self.plan.needs_min:  # f(-inf) is not -inf: min(f(s1), s1 + BIG) is -inf where masked
+            if self.first.needs_min:  # f(-inf) is not -inf: min(f(s1), s1 + BIG) is -inf where masked
                 big = self._f(graph.add(s1, self._const(BIG), compute_data_type=_F32))
                 out = self._f(graph.min(out, big, compute_data_type=_F32))
             return self._guarded(out, float("-inf"))
@@ -250,7 +250,7 @@ class Emitter:
 
     def bprop(self, graph: Any, ds: Any) -> Any:
         graph = self.g = _distinct(graph)
-        if self.plan is not None:
+        if self.first is not None:
             # f'(s1) is finite where masked (at_neg_inf) and dS is 0 there: no select needed,
             # and a select here would stop cuDNN from skipping masked tiles in the backward
             if self.deriv.is_const():

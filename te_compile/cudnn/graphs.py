@@ -93,7 +93,7 @@ class _Built:
                 # buffers (q/k/v, out, lse, workspace) until Python's cycle collector runs. Under
                 # mode="reduce-overhead" those buffers live in the CUDA-graph pool: cudagraph trees then
                 # found the forward's lse (dead, but not yet collected) and refused to record ("storage
-                # data ptrs are not allocated in pool", bench/probes/probe_cudagraphs.py). Collecting here,
+                # data ptrs are not allocated in pool"). Collecting here,
                 # once per built graph, frees them when their last real owner lets go.
                 gc.collect()
             return
@@ -440,8 +440,8 @@ def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> None:
 
 def _input_operands(inputs: Sequence[Tensor]) -> list[Tensor]:
     """The (in i) inputs as cuDNN reads them: float32 [B|1, H|1, 1, 1] with their own broadcast shape
-    (full [B, H, 1, 1] copies gave wrong results where [1, H, 1, 1] ones are right,
-    bench/probes/probe_fuzz.py; per-batch terms are kept off cuDNN instead: ir.extract_bh_terms strict)."""
+    (full [B, H, 1, 1] copies gave wrong results where [1, H, 1, 1] ones are right, GPU
+    fuzzer; per-batch terms are kept off cuDNN instead: ir.extract_bh_terms strict)."""
     return [_operand(t.float()) if t.dtype != torch.float32 else _operand(t) for t in inputs]
 
 # --------------------------------------------------------------------------- one call

@@ -3,12 +3,12 @@
 ``lower(spec, lengths)`` analyses a spec's score_mod / mask_mod once (cached) and returns a
 ``Lowering``: whether cuDNN can emit it at all (``unsupported``), whether a native diagonal band
 serves the mask (``band``, tile skipping) or the mods are emitted as pointwise ops (``emitted``), the
-mask-first plan, the derivative, the padded-tile guard and the pass-by-value constants. The
+mask-first emission, the derivative, the padded-tile guard and the pass-by-value constants. The
 compile-time support check (cudnn/check.py) and the graph builder (cudnn/graphs.py, emit.py) read the
 same record. Per op (its value at -inf, whether and how cuDNN emits it) it reads the op's row in
 te_compile.opdefs. This module does not import the cuDNN frontend, so it runs (and is tested) anywhere.
 
-Emission options (``EmitOptions``) are passed in: ``OPTIONS`` holds the settled choices; probes and
+Emission options (``EmitOptions``) are passed in: ``OPTIONS`` holds the settled choices; diagnosis and
 the fuzzer's ``--emit`` change them with ``set_options``.
 
 Mask first (``mask_first``): cuDNN skips fully-masked tiles, forward *and* backward, only when
@@ -67,13 +67,13 @@ class EmitOptions:
     #: keep (not serve) a site whose emitted graph still has an op with no full [B, H, L, S] operand (only
     #: captured inputs and constants: ``mul(T0[h], 2.0)``). cuDNN 9.19 and 9.27 run such a graph into a misaligned
     #: address that leaves the CUDA context unusable (fuzzer; docs/cudnn-notes.md). With ``full_inputs_where_needed``
-    #: no such op is left; 0 serves them anyway, for probes
+    #: no such op is left; 0 serves them anyway, for diagnosis
     keep_broadcast_only: bool = True
     #: a graph that would have such an op gets every captured input broadcast to the score's shape first
     #: (``add(full(0), input)``), so each op has a full operand: the crashing graphs then ran right on 9.19 and 9.27.
     #: Graphs without such an op are emitted as before (no extra op)
     full_inputs_where_needed: bool = True
-    #: every graph with captured inputs gets them broadcast (for probes)
+    #: every graph with captured inputs gets them broadcast (for diagnosis)
     full_inputs: bool = False
     #: treat inverse causal (``kv_idx >= q_idx``) like causal: mask first, a select on the raw score. Off: cuDNN
     #: skipped tiles as if it were causal (``is_causal_cmp``); 1 emits the band without that guard
@@ -88,7 +88,7 @@ OPTIONS = EmitOptions()
 
 
 def set_options(**changes) -> EmitOptions:
-    """Change the process-wide emission options (probes, ``fuzz --emit kv_guard=0``); returns the old ones."""
+    """Change the process-wide emission options (diagnosis, ``fuzz --emit kv_guard=0``); returns the old ones."""
     global OPTIONS
     old, OPTIONS = OPTIONS, dataclasses.replace(OPTIONS, **changes)
     lower.cache_clear()
@@ -115,7 +115,7 @@ class Lowering:
     guard: Optional[ir.Expr]  # the padded-tile guard (kv_guard)
     #: pass-by-value constants in uid order (emitted specs only)
     constants: tuple[float, ...]
-    #: emit ``min(f(s), s + BIG)`` after the score_mod (no mask-first plan; ``EmitOptions.ninf_clamp``)
+    #: emit ``min(f(s), s + BIG)`` after the score_mod (no mask-first emission; ``EmitOptions.ninf_clamp``)
     ninf_clamp: bool = False
     #: cuDNN's native ALiBi (``use_alibi_mask``) with the causal ``band`` serves the mods (te_compile.alibi);
     #: nothing is emitted and the slope input is not read
@@ -138,11 +138,11 @@ def _lower(spec: AttentionSpec, lengths: tuple[int, int], options: EmitOptions, 
     emitted = (score is not None or mask is not None) and band is None
     if unsupported is not None:  # nothing is emitted (the derivative may not even exist)
         return Lowering(spec, lengths, options, score, mask, unsupported, band, emitted, None, None, None, ())
-    plan = _mask_first(score, mask)
+    first = _mask_first(score, mask)
     deriv = ir.derivative(score) if score is not None else None
-    clamp = bool(emitted and options.ninf_clamp and plan is None and score is not None and needs_ninf_clamp(score))
-    consts = _constants(score, mask, plan, options.const_mode, clamp) if emitted else ()
-    return Lowering(spec, lengths, options, score, mask, None, band, emitted, deriv, plan,
+    clamp = bool(emitted and options.ninf_clamp and first is None and score is not None and needs_ninf_clamp(score))
+    consts = _constants(score, mask, first, options.const_mode, clamp) if emitted else ()
+    return Lowering(spec, lengths, options, score, mask, None, band, emitted, deriv, first,
                     _kv_guard(score, lengths, options.kv_guard), consts, clamp)
 
 
@@ -178,7 +178,7 @@ def _uses_pbv(v: float, mode: str) -> bool:
     return mode == "pbv" or (mode == "pbv_nonint" and not float(v).is_integer())
 
 
-def _constants(score: Optional[ir.Expr], mask: Optional[ir.Expr], plan: "Optional[MaskFirst]",
+def _constants(score: Optional[ir.Expr], mask: Optional[ir.Expr], first: "Optional[MaskFirst]",
                mode: str, clamp: bool = False) -> tuple[float, ...]:
     """The constants the emitted graph will read as pass-by-value inputs (unique, in order of first
     appearance: specs that differ only in constant values use the same uid for the same place)."""
@@ -203,11 +203,11 @@ def _constants(score: Optional[ir.Expr], mask: Optional[ir.Expr], plan: "Optiona
     walk(mask)
     if clamp:
         out[BIG] = None
-    if plan is not None:
-        if plan.needs_min:
+    if first is not None:
+        if first.needs_min:
             out[BIG] = None
-        if not plan.deriv.is_const():  # a constant derivative goes in as a RUNTIME_PARAM scalar
-            walk(plan.deriv)
+        if not first.deriv.is_const():  # a constant derivative goes in as a RUNTIME_PARAM scalar
+            walk(first.deriv)
     elif score is not None:
         walk(ir.derivative(score))
     return tuple(out)
@@ -245,7 +245,7 @@ class MaskFirst:
 
 
 def _mask_first(score: Optional[ir.Expr], mask: Optional[ir.Expr]) -> Optional[MaskFirst]:
-    """The mask-first plan, or None to emit the mask after the score_mod."""
+    """The mask-first emission, or None to emit the mask after the score_mod."""
     if score is None or mask is None or not is_causal_cmp(mask):
         # only top-left causal itself: cuDNN treats select(score, -inf, <index compare>) on the raw
         # score as the causal mask when it skips tiles, so any other compare there (an offset

@@ -46,7 +46,7 @@ WORKAROUNDS: tuple[Workaround, ...] = (
     Workaround("no broadcast-only op", "a site whose emitted graph still has such an op stays with Inductor",
                "cudnn.lowering:EmitOptions.keep_broadcast_only", "Found by the differential fuzzer",
                "tests/test_cudnn_decisions.py::test_an_op_on_inputs_and_constants_alone_gets_full_inputs_or_is_kept"),
-    Workaround("inputs made full everywhere (off)", "every graph with captured inputs gets them broadcast (probes)",
+    Workaround("inputs made full everywhere (off)", "every graph with captured inputs gets them broadcast (for diagnosis)",
                "cudnn.lowering:EmitOptions.full_inputs", "Found by the differential fuzzer",
                "tests/test_cudnn_decisions.py::test_which_per_head_forms_get_full_inputs"),
     Workaround("constants by value", "constants enter as pass-by-value inputs, so a changed constant reuses the "

@@ -2,7 +2,7 @@
 
 A site kind (``sdpa``, ``flex``) decides by running named steps over a ``Decision`` draft: each
 step either fills in what it learned (the mask and score_mod as shown in the report, the input
-gradients, the spec, the flex plan) or raises ``Keep`` with the reason the site stays with
+gradients, the spec, what a flex rewrite inserts) or raises ``Keep`` with the reason the site stays with
 Inductor. ``te_compile.passes.rewrite`` catches ``Keep`` once, so a kept site's report row
 shows whatever the steps before it had learned, plus the reason.
 """
@@ -44,7 +44,7 @@ class Keep(Exception):
 
 
 @dataclasses.dataclass
-class FlexPlan:
+class FlexInserts:
     """What the flex rewrite inserts next to the op (te_compile.inserted helpers)."""
 
     #: (b, h, captured)-only terms: each a ``bh_input`` node, the op's ``(in i)`` inputs
@@ -81,7 +81,7 @@ class Decision:
     score_expr: Optional[ir.Expr] = None
     mask_expr: Optional[ir.Expr] = None
     bias_conversion: Optional[str] = None  # SDPA: "bool->bias" | "cast" | None
-    plan: Optional[FlexPlan] = None  # flex: what apply() inserts
+    inserts: Optional[FlexInserts] = None  # flex: what apply() inserts next to the op
     replacement: Optional[str] = None  # name of the node that now carries the output (set by apply)
     replaced: Optional[dict] = None  # old node -> the node that now stands for it (set by apply)
     #: a served site's speed basis for the report ("served: measured ..." / "served: the cost model ...")
@@ -101,15 +101,15 @@ class Decision:
         return self
 
     def keep(self, reason: str) -> "Decision":
-        self.rewrite, self.reason, self.spec, self.runs_on, self.plan = False, reason, None, "kept", None
+        self.rewrite, self.reason, self.spec, self.runs_on, self.inserts = False, reason, None, "kept", None
         return self
 
     @property
     def dbias_note(self) -> str:
         """The report's dbias column: whether dBias is computed, and why."""
         if self.site.kind == "flex":
-            if not (self.plan and self.plan.bias_term):
-                return "no (mask as -inf bias)" if self.plan and self.plan.mask_term else "-"
+            if not (self.inserts and self.inserts.bias_term):
+                return "no (mask as -inf bias)" if self.inserts and self.inserts.mask_term else "-"
             return "yes (table needs grad)" if self.need_dbias else "no (table frozen)"
         if self.grads is None or self.mask in ("none", "causal"):
             return "-"

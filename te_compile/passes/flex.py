@@ -19,7 +19,7 @@ order; each fills in the draft decision or raises ``Keep`` with a reason:
 6. ``check_block_mask``: the BlockMask is what create_block_mask(mask_mod) builds (or is
    materialized with the mask)
 7. ``check_dbias``: no cuDNN dBias with a score_mod whose derivative is not 1
-8. ``build_spec``: the AttentionSpec and the cuDNN support check, and the ``FlexPlan``
+8. ``build_spec``: the AttentionSpec and the cuDNN support check, and the ``FlexInserts``
 
 Adding a flex feature means changing one step (and, for cuDNN, its emission in te_compile.cudnn).
 """
@@ -40,7 +40,7 @@ from ..inserted import bh_input, materialize_bias, materialize_mask
 from ..reasons import (BLOCK_MASK, NEEDS_GRAD, NOT_EXACT, NOT_ON_CUDNN, SPARSE_MASK, TOO_LARGE, UNSUPPORTED_ARGS,
                        category)
 from ..spec import AttentionSpec
-from .decision import Checker, Decision, FlexPlan, Keep, copy_meta, cudnn_supports, impl_for, operands
+from .decision import Checker, Decision, FlexInserts, Keep, copy_meta, cudnn_supports, impl_for, operands
 from .find import AttentionSite, example_value
 from .grad import site_grads
 from .score_mod import translate
@@ -305,7 +305,7 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
     check_dbias(impl, t, need_dbias)
     spec = build_spec(impl, scale, t, blocks, q.shape[1])
     cudnn_supports(checker, q, k, v, _bias_like(t, q, k, need_dbias), spec, d.grads.any, need_dbias)
-    d.plan = FlexPlan(terms=[str(x) for x in t.inputs], buffers=mods.buffers, block_nodes=blocks.nodes,
+    d.inserts = FlexInserts(terms=[str(x) for x in t.inputs], buffers=mods.buffers, block_nodes=blocks.nodes,
                       bias_term=None if t.bias_term is None else str(t.bias_term),
                       mask_term=None if t.mask_gather is None else str(t.mask_gather), mask_block=blocks.mask_block)
     return d.serve(spec)
@@ -365,28 +365,28 @@ def _compile_time_block_check(mask: ir.Expr, inputs: list, q, k, blocks: "_Block
 
 
 def apply(gm: GraphModule, d: Decision) -> None:
-    """Replace the flex HOP by the te_compile op and the inserted helpers the plan names."""
-    site, spec, plan = d.site, d.spec, d.plan
-    assert spec is not None and plan is not None
+    """Replace the flex HOP by the te_compile op and the inserted helpers ``d.inserts`` names."""
+    site, spec, ins = d.site, d.spec, d.inserts
+    assert spec is not None and ins is not None
     graph, n = gm.graph, site.node
     meta = copy_meta(n)
     with graph.inserting_before(n):
-        inputs = [graph.call_function(bh_input, (site.q, term, *plan.buffers)) for term in plan.terms]
+        inputs = [graph.call_function(bh_input, (site.q, term, *ins.buffers)) for term in ins.terms]
         made = list(inputs)  # the nodes that carry the site's source line
         bias = shift = None
-        if plan.bias_term:  # the bias, each row shifted by its top (materialize_bias says why), and the shifts
-            both = graph.call_function(materialize_bias, (site.q, site.k, plan.bias_term, *plan.buffers),
+        if ins.bias_term:  # the bias, each row shifted by its top (materialize_bias says why), and the shifts
+            both = graph.call_function(materialize_bias, (site.q, site.k, ins.bias_term, *ins.buffers),
                                        {"float32": True} if d.grads.bias else {})
             bias = graph.call_function(operator.getitem, (both, 0))
             shift = graph.call_function(operator.getitem, (both, 1))
             made += [both, bias, shift]
-        if plan.mask_term:
-            mask = graph.call_function(materialize_mask, (site.q, site.k, plan.mask_term, *plan.mask_block,
-                                                          *plan.buffers))
+        if ins.mask_term:
+            mask = graph.call_function(materialize_mask, (site.q, site.k, ins.mask_term, *ins.mask_block,
+                                                          *ins.buffers))
             made.append(mask)
             bias = mask if bias is None else graph.call_function(operator.add, (bias, mask))
         call = graph.call_function(torch.ops.te_compile.attn_fwd.default,
-                                   (site.q, site.k, site.v, bias, inputs + plan.block_nodes, spec.key()))
+                                   (site.q, site.k, site.v, bias, inputs + ins.block_nodes, spec.key()))
         for node in (*made, call):
             node.meta.update(meta)
         out = graph.call_function(operator.getitem, (call, 0))

@@ -61,15 +61,15 @@ def _sub(x, replaced: dict):
 
 
 def _remap(d: Decision, replaced: dict) -> None:
-    """Point ``d``'s site and plan at the nodes that replaced the ones they name."""
+    """Point ``d``'s site and inserts at the nodes that replaced the ones they name."""
     if not replaced:
         return
     site = d.site
     for f in ("q", "k", "v", "attn_mask", "score_buffers", "mask_buffers"):
         setattr(site, f, _sub(getattr(site, f), replaced))
-    if d.plan:
+    if d.inserts:
         for f in ("buffers", "block_nodes", "mask_block"):
-            setattr(d.plan, f, _sub(getattr(d.plan, f), replaced))
+            setattr(d.inserts, f, _sub(getattr(d.inserts, f), replaced))
 
 
 def rewrite_graph(gm: GraphModule, target: str = "auto", checker: Optional[Checker] = None,

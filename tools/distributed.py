@@ -2,7 +2,7 @@
 
 Run with two processes (one per GPU; ``--device cpu`` uses gloo and te_compile's reference target)::
 
-    torchrun --nproc-per-node 2 -m te_compile.testing.distributed --json OUT.json [--device cuda|cpu]
+    torchrun --nproc-per-node 2 -m tools.distributed --json OUT.json [--device cuda|cpu]
         [--modes ddp,fsdp2,tp,dtensor,cp] [--models llama,bias] [--impls sdpa,flex_attention] [--bench]
 
 Every (model, impl, mode) case trains ``--steps`` steps (SGD, fixed seeded data) with each decoder block
@@ -529,7 +529,7 @@ def bench_case(args: argparse.Namespace, case: Case, mode: str, backend: Any, dt
 # --------------------------------------------------------------------------- main
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m te_compile.testing.distributed", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tools.distributed", description=__doc__.split("\n")[0])
     p.add_argument("--json", required=True, help="where rank 0 writes the results")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--modes", default="ddp,fsdp2,tp,dtensor,cp")
@@ -646,7 +646,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if rank == 0:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)
-        say(f"te_compile.testing.distributed: {sum(bool(r.get('pass')) for r in out['results'])}/{len(out['results'])} "
+        say(f"tools.distributed: {sum(bool(r.get('pass')) for r in out['results'])}/{len(out['results'])} "
             f"cases pass (agree with one process, sites where expected), "
             f"{len(out['skipped'])} skipped; {out['seconds']} s -> {args.json}")
     dist.barrier()

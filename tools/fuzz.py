@@ -19,8 +19,8 @@ Outcomes: ``pass`` (served and equal), ``kept`` (te_compile kept the node: fine)
 ``invalid`` (eager itself raised or is not finite: the case says nothing). Every failure prints a
 standalone reproducer; the run ends with one summary line.
 
-    python -m te_compile.testing.fuzz --cases 300 --seed 0            # CPU, reference target
-    python -m te_compile.testing.fuzz --device cuda --cases 500 --jobs 8
+    python -m tools.fuzz --cases 300 --seed 0            # CPU, reference target
+    python -m tools.fuzz --device cuda --cases 500 --jobs 8
 """
 
 from __future__ import annotations
@@ -690,7 +690,7 @@ def reproducer(c: Case, device: str) -> str:
     import torch
     import torch.nn.attention.flex_attention as fa
     import te_compile
-    from te_compile.testing import fuzz
+    from tools import fuzz
 
     fa._validate_device = lambda *a, **k: None  # eager CPU flex with grads (the math path is fine)
     case = fuzz.Case.from_json({c.to_json()!r})
@@ -750,7 +750,7 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
     short keeps what it did). On CUDA, a crash that leaves the context unusable (an illegal memory access is
     sticky: every later CUDA call fails) ends the run with exit code ``POISONED``; ``--jobs`` starts a fresh
     worker for the rest of the shard."""
-    from .. import kernels
+    from te_compile import kernels
 
     backend = _prepare(device)
     results = []
@@ -819,7 +819,7 @@ def summary(results: list[dict], device: str) -> str:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m te_compile.testing.fuzz", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m tools.fuzz", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--cases", type=int, default=200, help="random cases (the peer list comes on top)")
     p.add_argument("--seed", type=int, default=0)
@@ -949,11 +949,14 @@ def _count_lines(path: str) -> int:
 
 
 def _start_worker(a: argparse.Namespace, i: int, resume: int, path: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "te_compile.testing.fuzz", "--device", a.device, "--cases", str(a.cases),
+    cmd = [sys.executable, "-m", "tools.fuzz", "--device", a.device, "--cases", str(a.cases),
            "--seed", str(a.seed), "--shard", f"{i}/{a.jobs}", "--resume", str(resume), "--sink", path] \
         + (["--no-peers"] if a.no_peers else []) + [x for p in a.emit for x in ("--emit", p)] \
         + ["--cpu-dtype", a.cpu_dtype]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # the workers import tools.fuzz from this checkout, wherever they start
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     log = open(f"{path}.{resume}.out", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=None, text=True, env=env)
     proc.log = log  # type: ignore[attr-defined]

@@ -1,8 +1,8 @@
-"""Compare two fuzzer runs case by case (``python -m te_compile.testing.fuzz ... --json A`` before a change,
+"""Compare two fuzzer runs case by case (``python -m tools.fuzz ... --json A`` before a change,
 ``--json B`` after): outcome, kept reasons, and per site the spec and the cuDNN emission digest. A refactor
 that means to change nothing must print "identical".
 
-    python3 bench/fuzz_identity.py before.jsonl after.jsonl [--common]
+    python3 tools/fuzz_identity.py before.jsonl after.jsonl [--common]
 
 ``--common`` compares only the cases both runs reached (for runs cut off by a time limit).
 """
