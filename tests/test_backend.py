@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import te_compile
+from te_compile.report import record_reports
 from te_compile.demo import main as demo_main
 
 
@@ -24,7 +25,12 @@ def test_backend_by_name_without_import_of_options():
     from torch._dynamo.backends.registry import lookup_backend
     assert lookup_backend("te_compile") is te_compile.te_compile_backend
     q, k, v = _qkv()
-    torch.testing.assert_close(torch.compile(attn, backend="te_compile")(q, k, v), attn(q, k, v))
+    with record_reports() as graphs:
+        out = torch.compile(attn, backend="te_compile")(q, k, v)
+    # the backend ran (a CPU site under target="auto" is kept, with its reason), and the kept node is eager's
+    (d,) = [d for g in graphs for d in g.decisions]
+    assert d.runs_on == "kept" and d.reason.startswith("inputs on cpu"), d.reason
+    torch.testing.assert_close(out, attn(q, k, v))
 
 
 @pytest.mark.parametrize("kw,match", [(dict(inner="tvm"), "inner compiler"), (dict(target="gpu"), "target")])
@@ -83,7 +89,9 @@ def test_torch_compile_mode_and_options_reach_the_backend(caplog):
     q = torch.randn(1, 2, 8, 8)
     for kw in ({"mode": "max-autotune-no-cudagraphs"}, {"options": {"max_autotune": False}}):
         torch._dynamo.reset()
-        torch.testing.assert_close(torch.compile(fn, backend="te_compile", **kw)(q), fn(q))
+        with record_reports() as graphs:
+            torch.compile(fn, backend="te_compile", **kw)(q)
+        assert [d.runs_on for g in graphs for d in g.decisions] == ["kept"], kw  # te_compile decided, no TypeError
     torch._dynamo.reset()
     be = te_compile.backend(inner="aot_eager", target="reference")
     with caplog.at_level("WARNING", logger="te_compile"):

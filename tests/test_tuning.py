@@ -146,14 +146,21 @@ def test_measuring_fills_the_cache_once(monkeypatch):
     assert len(cache.entries()) == 1
 
 
-def test_flex_candidates_compute_the_same_attention():
-    """torch.compile's flex candidate, rebuilt from the spec's ScoreExprs, computes what te_compile's op
-    computes (CPU: the op's reference kernel; flex has no CPU backward, so the forward)."""
+def test_flex_candidates_compute_eagers_attention():
+    """Both measured candidates compute what eager flex_attention computes with the user's own score_mod and
+    mask_mod (CPU: te_compile's op runs its reference kernel; flex has no CPU backward, so the forward)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     spec = AttentionSpec(scale=0.25, source="flex", score="(mul (tanh (div score 20.0)) 20.0)",
                          mask_mod="(ge q_idx kv_idx)", block_q=128, block_kv=128, block_full=True)
     q = torch.empty(1, 2, 128, 16)
     te, tc = candidates.build(q, q, q, None, spec, False, False, device=torch.device("cpu"))
-    torch.testing.assert_close(te(), tc(), rtol=1e-4, atol=1e-4)
+    got_te, got_tc = te(), tc()
+    qkv, _, _ = candidates._inputs(q, q, q, None, False, False, torch.device("cpu"))  # the inputs build() makes
+    bm = create_block_mask(lambda b, h, qi, kv: qi >= kv, 1, 1, 128, 128, device="cpu")
+    want = flex_attention(*qkv, score_mod=lambda s, b, h, qi, kv: torch.tanh(s / 20.0) * 20.0, block_mask=bm,
+                          scale=0.25)
+    torch.testing.assert_close(got_te, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_tc, want, rtol=1e-5, atol=1e-5)
 
 
 def test_gathered_flex_sites_are_left_to_the_model():
