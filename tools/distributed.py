@@ -7,10 +7,10 @@ Run with two processes (one per GPU; ``--device cpu`` uses gloo and te_compile's
 
 Every (model, impl, mode) case trains ``--steps`` steps (SGD, fixed seeded data) with each decoder block
 compiled by ``torch.compile(block, backend=te_compile)``, and compares the per-step losses and the last
-step's gradients (full tensors: ``DTensor.full_tensor()``) with a one-process run of the same model, init
-and data (the full batch; DDP / FSDP2 / CP split it over the ranks). Tolerance: ``max(3 x noise, floor)``
-per tensor, where noise is the one-process run's error against an fp32 eager run (the bf16 noise on a GPU),
-floor 2e-2 on CUDA, 1e-4 on CPU (fp32). Each rank records te_compile's site decisions (the report rows,
+step's gradients (full tensors: ``DTensor.full_tensor()``) with a one-process fp32 eager run of the same model,
+init and data (the full batch; DDP / FSDP2 / CP split it over the ranks), at a fixed relative tolerance per
+device (``TOLERANCE``: 1e-4 on CPU in fp32, 5e-2 on CUDA in bf16). A one-process te_compile run records the
+sites it serves there, for the report. Each rank records te_compile's site decisions (the report rows,
 ``te_compile.report.record_reports``) of its first step. Rank 0 writes one JSON.
 
 Models:
@@ -336,22 +336,25 @@ def _rows(reports: list) -> list[dict]:
     return [{k: r[k] for k in keep} for r in Report(reports).rows()]
 
 
-def compare(got: dict, ref: dict, fp32: dict, floor: float) -> dict:
-    """Losses and gradients of ``got`` vs the one-process ``ref``; tolerance from ``ref`` vs fp32 eager."""
-    out: dict[str, Any] = {"loss": got["losses"], "loss_ref": ref["losses"], "grads": {}}
-    tol_loss = max(3 * max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(ref["losses"], fp32["losses"])), floor)
-    loss_err = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(got["losses"], ref["losses"]))
-    ok = loss_err <= tol_loss
-    missing = sorted(set(ref["grads"]) ^ set(got["grads"]))
-    for name, g in ref["grads"].items():
+#: the relative error a distributed run may have against the one-process fp32 eager run: fp32 on CPU (all-reduce
+#: order alone), bf16 on CUDA (bf16 rounding of a few training steps); a wrong gradient is off by far more
+TOLERANCE = {"cpu": 1e-4, "cuda": 5e-2}
+
+
+def compare(got: dict, fp32: dict, tol: float) -> dict:
+    """Losses and gradients of ``got`` against the one-process fp32 eager run, at a fixed tolerance."""
+    out: dict[str, Any] = {"loss": got["losses"], "loss_ref": fp32["losses"], "grads": {}}
+    loss_err = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(got["losses"], fp32["losses"]))
+    ok = loss_err <= tol
+    missing = sorted(set(fp32["grads"]) ^ set(got["grads"]))
+    for name, g in fp32["grads"].items():
         if name not in got["grads"]:
             continue
-        noise = _rel(g, fp32["grads"][name]) if name in fp32["grads"] else 0.0
-        err, tol = _rel(got["grads"][name], g), max(3 * noise, floor)
+        err = _rel(got["grads"][name], g)
         out["grads"][name] = {"err": err, "tol": tol, "ok": err <= tol}
         ok &= err <= tol
-    worst = max(out["grads"].items(), key=lambda kv: kv[1]["err"] / kv[1]["tol"], default=(None, {}))
-    out.update(loss_err=loss_err, loss_tol=tol_loss, missing_grads=missing, worst_grad=worst[0],
+    worst = max(out["grads"].items(), key=lambda kv: kv[1]["err"], default=(None, {}))
+    out.update(loss_err=loss_err, loss_tol=tol, missing_grads=missing, worst_grad=worst[0],
                worst_grad_err=worst[1].get("err"), ok=bool(ok and not missing))
     return out
 
@@ -392,18 +395,18 @@ def expected_runs_on(args: argparse.Namespace, mode: str) -> str:
 
 def run_case(args: argparse.Namespace, case: Case, mode: str, backend: Any, dtype, mesh, refs: dict) -> dict:
     rank = dist.get_rank()
-    floor = 2e-2 if args.device == "cuda" else 1e-4
+    tol = TOLERANCE[args.device]
     res: dict[str, Any] = {"case": case.name, "mode": mode, "model": case.model, "impl": case.impl,
                            "variant": case.variant}
     if mode == "cp":  # is a failure te_compile's? plain torch.compile under the same CP first
         try:
             ig = train(case, mode, "inductor", args.device, dtype, args.steps, mesh, record=False)
-            res["plain_torch_compile_ok"] = compare(ig, refs["te"], refs["fp32"], floor)["ok"]
+            res["plain_torch_compile_ok"] = compare(ig, refs["fp32"], tol)["ok"]
         except Exception as e:  # noqa: BLE001
             res["plain_torch_compile_ok"] = f"{type(e).__name__}: {str(e)[:300]}"
     try:
         got = train(case, mode, backend, args.device, dtype, args.steps, mesh)
-        res.update(compare(got, refs["te"], refs["fp32"], floor))
+        res.update(compare(got, refs["fp32"], tol))
         rows = _rows(got["reports"])
         want = expected_runs_on(args, mode)
         res["expected_runs_on"] = want
@@ -412,7 +415,7 @@ def run_case(args: argparse.Namespace, case: Case, mode: str, backend: Any, dtyp
         res["all_sites_as_expected"] = all((r or mode == "cp") and all(s["runs_on"] == want for s in r)
                                            for r in res["sites"])
         if mode == "cp":
-            res["precompiled_outside_cp"] = _cp_precompiled(args, case, backend, dtype, mesh, refs, floor)
+            res["precompiled_outside_cp"] = _cp_precompiled(args, case, backend, dtype, mesh, refs, tol)
     except Exception as e:  # noqa: BLE001 - record and go on with the other cases
         res.update(ok=False, error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc()[-3000:])
         if rank == 0:
@@ -422,14 +425,14 @@ def run_case(args: argparse.Namespace, case: Case, mode: str, backend: Any, dtyp
 
 
 def _passes(res: dict) -> bool:
-    """A case passes when it agrees with the one-process run and every site ran where expected; under CP a
+    """A case passes when it agrees with the one-process fp32 eager run and every site ran where expected; under CP a
     failure that plain torch.compile shares (torch's limitation, not te_compile's) does not count."""
     if res.get("ok") and res.get("all_sites_as_expected"):
         return True
     return bool(res["mode"] == "cp" and "error" in res and res.get("plain_torch_compile_ok") is not True)
 
 
-def _cp_precompiled(args, case: Case, backend: Any, dtype, mesh, refs: dict, floor: float) -> dict:
+def _cp_precompiled(args, case: Case, backend: Any, dtype, mesh, refs: dict, tol: float) -> dict:
     """Compile (and run) the model outside ``context_parallel`` on a chunk of the local length, then train
     inside it: Dynamo must notice the patched ``F.scaled_dot_product_attention`` and retrace (else every
     rank would attend to its own chunk only, with any backend). Plain torch.compile alongside."""
@@ -437,7 +440,7 @@ def _cp_precompiled(args, case: Case, backend: Any, dtype, mesh, refs: dict, flo
     for label, be in (("te_compile", backend), ("inductor", "inductor")):
         try:
             got = train(case, "cp", be, args.device, dtype, args.steps, mesh, record=False, precompile=True)
-            c = compare(got, refs["te"], refs["fp32"], floor)
+            c = compare(got, refs["fp32"], tol)
             out[label] = {k: c[k] for k in ("ok", "loss_err", "worst_grad", "worst_grad_err")}
         except Exception as e:  # noqa: BLE001
             out[label] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
