@@ -9,8 +9,10 @@ In one process, per shape:
 * compiled flex forward calls (no grad): te_compile (serve="always") against plain torch.compile (Inductor), for
   no mask, causal, a sliding window and softcap.
 
-Host µs per call: a loop of calls without a sync, timed on the host (the median of --repeats loops); short
-kernels cannot hide it, long ones queue behind it. Kernel µs per call: the profiler's CUDA time. Every row is
+Host µs per call: a loop of --iters calls without a sync, timed on the host. The calls compared in one group
+(the op calls of one shape and mask; te_compile's and Inductor's compiled call of one variant) take turns, one
+loop each per round, for --repeats rounds, and each keeps the median of its rounds, so a change in the host's
+speed during the run falls on all of them alike. Kernel µs per call: the profiler's CUDA time. Every row is
 printed and written, the ones te_compile loses included.
 """
 
@@ -28,18 +30,21 @@ from typing import Callable
 import torch
 
 
-def host_us(fn: Callable, iters: int, repeats: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(iters):
+def host_us(calls: dict, iters: int, repeats: int) -> dict:
+    """Host µs per call of each of ``calls`` (name -> callable), measured in alternating rounds."""
+    for fn in calls.values():
+        for _ in range(3):
             fn()
-        runs.append((time.perf_counter() - t0) / iters * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(runs)
+    torch.cuda.synchronize()
+    runs: dict = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                fn()
+            runs[name].append((time.perf_counter() - t0) / iters * 1e6)
+            torch.cuda.synchronize()
+    return {name: statistics.median(r) for name, r in runs.items()}
 
 
 def kernel_us(fn: Callable, calls: int = 10) -> float:
@@ -62,37 +67,40 @@ def op_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> li
     q, k, v, dout = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
     aten_fwd = torch.ops.aten._scaled_dot_product_cudnn_attention.default
     aten_bwd = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
+    # the overloads themselves, as a compiled graph calls them (and as aten's are called here)
+    te_fwd, te_bwd = torch.ops.te_compile.attn_fwd.default, torch.ops.te_compile.attn_bwd.default
     rows = []
     for causal in (False, True):
-        spec = AttentionSpec(mask="causal" if causal else "none").key()
+        variant = "causal" if causal else "none"
+        spec = AttentionSpec(mask=variant).key()
         with torch.no_grad():
             o, lse, cq, ck, mq, mk, seed, off, _ = aten_fwd(q, k, v, None, True, 0.0, causal, False)
+            te_out, te_lse = te_fwd(q, k, v, None, [], spec)
             calls = {
+                "te op fwd": lambda: te_fwd(q, k, v, None, [], spec),
                 "aten cuDNN SDPA fwd": lambda: aten_fwd(q, k, v, None, True, 0.0, causal, False),
+                "te op bwd": lambda: te_bwd(dout, q, k, v, te_out, te_lse, None, [], spec, False),
                 "aten cuDNN SDPA bwd": lambda: aten_bwd(dout, q, k, v, o, lse, seed, off, None, cq, ck, mq, mk, 0.0,
                                                         causal),
             }
-            # the overloads themselves, as a compiled graph calls them (and as aten's are called here)
-            te_fwd, te_bwd = torch.ops.te_compile.attn_fwd.default, torch.ops.te_compile.attn_bwd.default
-            te_out, te_lse = te_fwd(q, k, v, None, [], spec)
-            te = {"te op fwd": lambda: te_fwd(q, k, v, None, [], spec),
-                  "te op bwd": lambda: te_bwd(dout, q, k, v, te_out, te_lse, None, [], spec, False)}
-            for path in ("native", "python"):
+            host = {}
+            for path in ("native", "python"):  # the te ops on each path; aten's calls take turns with both
                 if path == "python":
                     native.disable()
-                for name, fn in te.items():
-                    calls[f"{name} ({path})"] = fn
-                    rows.append(_row(f"{name} ({path})", (B, H, L, D), "causal" if causal else "none", fn, iters,
-                                     repeats, log))
+                got = host_us(calls, iters, repeats)
+                host.update({(f"{n} ({path})" if n.startswith("te") else f"{n} [{path} round]"): t
+                             for n, t in got.items()})
+                for name in ("te op fwd", "te op bwd"):
+                    rows.append(_row(f"{name} ({path})", (B, H, L, D), variant, host[f"{name} ({path})"],
+                                     calls[name], log))
                 native.enable()
             for name in ("aten cuDNN SDPA fwd", "aten cuDNN SDPA bwd"):
-                rows.append(_row(name, (B, H, L, D), "causal" if causal else "none", calls[name], iters, repeats, log))
+                rows.append(_row(name, (B, H, L, D), variant, host[f"{name} [native round]"], calls[name], log))
     return rows
 
 
-def _row(name: str, shape: tuple, variant: str, fn: Callable, iters: int, repeats: int, log) -> dict:
-    row = {"call": name, "shape": list(shape), "variant": variant, "host_us": host_us(fn, iters, repeats),
-           "kernel_us": kernel_us(fn)}
+def _row(name: str, shape: tuple, variant: str, host: float, fn: Callable, log) -> dict:
+    row = {"call": name, "shape": list(shape), "variant": variant, "host_us": host, "kernel_us": kernel_us(fn)}
     log(f"{name:32s} {str(list(shape)):20s} {variant:16s} host {row['host_us']:7.1f} us   "
         f"kernels {row['kernel_us']:8.1f} us")
     return row
@@ -112,14 +120,19 @@ def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> 
         bm = create_block_mask(mask, 1, 1, L, L, device="cuda") if mask is not None else None
         score = (lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0)) if variant == "softcap" else None
 
-        def fn(q, k, v):
+        def fn(q, k, v, score=score, bm=bm):
             return flex_attention(q, k, v, score_mod=score, block_mask=bm)
+        calls = {}
         for impl, backend in (("te_compile", te_compile.backend(serve="always")), ("Inductor", "inductor")):
             torch._dynamo.reset()
             compiled = torch.compile(fn, backend=backend, dynamic=False)
             with torch.no_grad():
-                rows.append(_row(f"compiled flex fwd ({impl})", (B, H, L, D), variant, lambda: compiled(q, k, v), iters,
-                                 repeats, log))
+                compiled(q, k, v)
+            calls[f"compiled flex fwd ({impl})"] = lambda compiled=compiled: compiled(q, k, v)
+        with torch.no_grad():
+            host = host_us(calls, iters, repeats)
+            for name, call in calls.items():
+                rows.append(_row(name, (B, H, L, D), variant, host[name], call, log))
     return rows
 
 
@@ -127,7 +140,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="2,16,4096,128;1,1,256,64", help="B,H,L,D shapes, ';'-separated")
     p.add_argument("--iters", type=int, default=50, help="calls per timed loop (default 50)")
-    p.add_argument("--repeats", type=int, default=15, help="timed loops per row; the median is kept (default 15)")
+    p.add_argument("--repeats", type=int, default=15, help="alternating rounds; each call keeps the median of its rounds (default 15)")
     p.add_argument("--json", default="", help="write the rows here (with the card, host and versions)")
     a = p.parse_args()
     if not torch.cuda.is_available():

@@ -123,10 +123,18 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
 
 
-def rows_err(a: torch.Tensor, b: torch.Tensor) -> float:
+#: the per-row error (``rows_err``) a bf16 run may reach against eager float32. Measured on an H100 (cuDNN 9.19,
+#: 2026-11-28): eager bf16 itself reaches 0.044 in dQ of a causal ALiBi call (L = 512), cuDNN 0.052-0.058 in dQ of
+#: causal calls; a wrong row (a mask or bias applied to the wrong keys) is off by its whole scale, ~1.0.
+ROWS_TOL = 0.1
+
+
+def rows_err(a: torch.Tensor, b: torch.Tensor, floor: float = 0.05) -> float:
     """The largest error of any row (the last dim), relative to that row's own scale: an error confined to a few
-    rows (a ragged last tile, the rows a mask empties) is not diluted by the global maximum. A row far below the
-    tensor's scale (a dQ that is 0 in eager) is measured against 1% of the tensor's scale."""
+    rows (a ragged last tile, the rows a mask empties) is not diluted by the global maximum. A row below ``floor``
+    of the tensor's scale is measured against that floor instead: its values are differences of near-equal terms
+    (dQ of a causal mask's first rows is exactly 0 in eager), which bf16 rounding moves by a large part of the
+    row."""
     a, b = a.double().flatten(0, -2), b.double().flatten(0, -2)
-    scale = b.abs().amax(dim=-1).clamp_min(1e-2 * b.abs().max().item() + 1e-12)
+    scale = b.abs().amax(dim=-1).clamp_min(floor * b.abs().max().item() + 1e-12)
     return ((a - b).abs().amax(dim=-1) / scale).max().item()

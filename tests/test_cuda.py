@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import te_compile
-from forms import FORMS, FORMS_BY_NAME, make_fn, make_inputs, rel_err, rows_err, run
+from forms import FORMS, FORMS_BY_NAME, ROWS_TOL, make_fn, make_inputs, rel_err, rows_err, run
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU with cuDNN")]
@@ -20,9 +20,10 @@ pytestmark = [pytest.mark.cuda,
 TOL = 2e-2
 
 
-def _compiled(fn, inner="aot_eager"):
+def _compiled(fn, inner="aot_eager", serve=None):
     torch._dynamo.reset()
-    return torch.compile(fn, backend=te_compile.backend(inner=inner), fullgraph=True)
+    opts = {} if serve is None else {"serve": serve}
+    return torch.compile(fn, backend=te_compile.backend(inner=inner, **opts), fullgraph=True)
 
 
 def _check_form(form, dtype, inner="aot_eager", **shape):
@@ -52,18 +53,24 @@ def test_form_matches_eager_fp32(form, dtype):
 
 
 @pytest.mark.parametrize("L", [129, 255, 1000], ids=lambda n: f"L{n}")
-@pytest.mark.parametrize("form", ["causal", "float_bias_learned", "float_bias_LS_fp32_learned", "gqa_causal",
-                                  "bshd_causal", "bool_mask"])
+@pytest.mark.parametrize("form", ["causal", "float_bias_learned", "gqa_causal", "bshd_causal", "bool_mask"])
 def test_forms_at_ragged_and_multi_tile_lengths(form, L):
-    """Multi-tile and ragged lengths (a partial last tile), head dim 64, errors per row as well as overall."""
+    """Multi-tile and ragged lengths (a partial last tile), head dim 64, errors per row as well as overall. Each
+    site is served (serve="always"), except a learned bias at a length whose dBias cuDNN has no backward plan for
+    (on an H100 with cuDNN 9.19: S = 129), which must be kept with that reason."""
     f = FORMS_BY_NAME[form]
     inputs = make_inputs(f, "cuda", torch.bfloat16, L=L, D=64)
     fn = make_fn(f)
-    out, grads = run(_compiled(fn), inputs)
+    report = te_compile.explain(fn, **{n: t.detach().requires_grad_(t.requires_grad) for n, t in inputs.items()},
+                                serve="always")
+    (d,) = report.decisions
+    if d.runs_on != "cudnn":
+        assert f.learned and L % 8 and "builds no backward plan" in d.reason, str(report)
+    out, grads = run(_compiled(fn, serve="always"), inputs)
     ref_out, ref_grads = run(fn, inputs, upcast=torch.float32)
     errs = {"out": (rel_err(out, ref_out), rows_err(out, ref_out))}
     errs.update({n: (rel_err(grads[n], ref_grads[n]), rows_err(grads[n], ref_grads[n])) for n in ref_grads})
-    assert all(whole <= TOL and rows <= 2.5 * TOL for whole, rows in errs.values()), errs
+    assert all(whole <= TOL and rows <= ROWS_TOL for whole, rows in errs.values()), errs
 
 
 @pytest.mark.parametrize("d", [64, 96, 128, 256])

@@ -20,20 +20,14 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 import te_compile
 from te_compile.cudnn import native
 
+from forms import ROWS_TOL, rel_err
+from forms import rows_err as _rows_err
+
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU with cuDNN")]
 
 H = 8
 BF16_TOL = 2e-2
-
-
-def _rows_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    """The largest error of any row, relative to that row's own scale (an error confined to a few rows is not
-    diluted by the rest of the tensor); a row far below the tensor's scale (the first query row of a causal mask,
-    whose dQ is exactly 0 in eager) is measured against 1% of the tensor's scale instead."""
-    a, b = a.double().flatten(0, -2), b.double().flatten(0, -2)
-    scale = b.abs().amax(dim=-1).clamp_min(1e-2 * b.abs().max().item() + 1e-6)
-    return ((a - b).abs().amax(dim=-1) / scale).max().item()
 
 
 def _flex(score=None, mask=None, L=1000, lse_in_loss=False, gqa=False):
@@ -100,11 +94,14 @@ def test_repeated_calls_run_natively_and_match_eager(name):
     q = torch.randn(2, H, L, 64, device="cuda", dtype=torch.bfloat16, generator=g)
     k, v = (torch.randn(2, hk, L, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(2))
     dout = torch.randn(2, H, L, 64, device="cuda", generator=g)
-    report = te_compile.explain(fn, q, k, v)
+    report = te_compile.explain(fn, q, k, v, serve="always")
     assert [d.runs_on for d in report.decisions] == ["cudnn"], str(report)
     assert "native call path: on" in report.table()
     want_out, want_grads = _run(fn, q.float(), k.float(), v.float(), dout)
-    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
+    eager_out, eager_grads = _run(fn, q, k, v, dout)  # eager bf16: its own error, shown when the check fails
+    eager = {"out": _rows_err(eager_out, want_out), **{n: _rows_err(a, b) for n, a, b in zip("qkv", eager_grads,
+                                                                                           want_grads)}}
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", serve="always"), fullgraph=True)
     hits = []
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a reference fallback would warn
@@ -113,14 +110,18 @@ def test_repeated_calls_run_natively_and_match_eager(name):
             out, grads = _run(compiled, q, k, v, dout)
             hits.append(_hits() - before)
             errs = {"out": _rows_err(out, want_out), **{n: _rows_err(a, b) for n, a, b in zip("qkv", grads, want_grads)}}
-            assert max(errs.values()) <= 2.5 * BF16_TOL, errs
+            assert max(errs.values()) <= ROWS_TOL, f"te_compile {errs}, eager bf16 {eager}"
+            whole = [rel_err(out, want_out)] + [rel_err(a, b) for a, b in zip(grads, want_grads)]
+            assert max(whole) <= BF16_TOL, whole
     assert hits[-1] == {"both": 2, "none": 0, "forward": 1}[native_calls], (hits, native.stats())
 
 
-@pytest.mark.parametrize("learned", [True, False], ids=["learned", "frozen"])
-@pytest.mark.parametrize("L", [129, 1000])
+@pytest.mark.parametrize("L, learned", [(129, False), (1000, False), (1000, True)],
+                         ids=["129-frozen", "1000-frozen", "1000-learned"])
 def test_sdpa_bias_runs_natively_with_dbias(L, learned):
-    """A float mask (with dBias when it is learned), at multi-tile and ragged lengths, BSHD q/k/v."""
+    """A float mask (with dBias when it is learned), at multi-tile and ragged lengths, BSHD q/k/v. (A learned
+    bias at L = 129 is kept: cuDNN 9.19 has no backward plan for its dBias on an H100; tests/test_cuda.py
+    pins that.)"""
     g = torch.Generator(device="cuda").manual_seed(1)
     B, D = 2, 64
     x = [torch.randn(B, L, H, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3)]
@@ -130,7 +131,9 @@ def test_sdpa_bias_runs_natively_with_dbias(L, learned):
     def fn(q, k, v, bias):
         return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias)
 
-    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
+    report = te_compile.explain(fn, *x, bias.detach().requires_grad_(learned), serve="always")
+    assert [d.runs_on for d in report.decisions] == ["cudnn"], str(report)
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", serve="always"), fullgraph=True)
 
     def run(f, upcast):
         args = [t.detach().float() if upcast else t.detach() for t in x]
@@ -146,7 +149,7 @@ def test_sdpa_bias_runs_natively_with_dbias(L, learned):
         before = _hits()
         got = run(compiled, False)
         errs = [_rows_err(a, b) for a, b in zip(got, want)]
-        assert max(errs) <= 2.5 * BF16_TOL, errs
+        assert max(errs) <= ROWS_TOL, errs
     assert _hits() - before == 2, native.stats()
 
 
@@ -162,7 +165,7 @@ def test_blockmask_calls_run_natively_only_after_the_check():
         return flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0), block_mask=bm)
 
     q, k, v = (torch.randn(1, H, L, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager"), fullgraph=True)
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", serve="always"), fullgraph=True)
     bm = create_block_mask(causal, 1, 1, L, L, device="cuda")
     with torch.no_grad():
         compiled(q, k, v, bm)
@@ -176,10 +179,11 @@ def test_blockmask_calls_run_natively_only_after_the_check():
         torch.testing.assert_close(out.float(), fn(q.float(), k.float(), v.float(), bm2), atol=3e-2, rtol=3e-2)
 
 
-def test_cuda_graph_replay_runs_the_native_kernels():
-    """mode="reduce-overhead": the calls recorded into the CUDA graph are the native ones, and replays agree
-    with eager."""
+def test_cuda_graph_replay_runs_the_native_kernels(monkeypatch):
+    """mode="reduce-overhead": the te op the CUDA graph records is the native kernel (its hits count while the
+    graph is warmed up and recorded), and replays agree with eager."""
     L = 512
+    monkeypatch.setenv("TE_COMPILE_SERVE", "always")
 
     def fn(q, k, v):
         return flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0))
@@ -187,7 +191,9 @@ def test_cuda_graph_replay_runs_the_native_kernels():
     q, k, v = (torch.randn(2, H, L, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     compiled = torch.compile(fn, backend="te_compile", mode="reduce-overhead")
     want = fn(q.float(), k.float(), v.float())
+    before = _hits()
     with torch.no_grad():
         for _ in range(4):
             out = compiled(q, k, v)
-            assert _rows_err(out.float(), want) <= 2.5 * BF16_TOL
+            assert _rows_err(out.float(), want) <= ROWS_TOL
+    assert _hits() > before, native.stats()

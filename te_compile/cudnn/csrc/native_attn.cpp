@@ -323,6 +323,7 @@ void fill_rows(Runner const &r, Tensor &out, Tensor &lse, OptTensor const &bias)
 std::tuple<Tensor, Tensor> python_forward(Tensor const &q, Tensor const &k, Tensor const &v, OptTensor const &bias,
                                           at::TensorList extra, c10::string_view spec) {
     g_misses++;
+    TE_DEBUG("forward call handed to Python (no runner for its signature, or a BlockMask not checked yet)");
     py::gil_scoped_acquire gil;
     py::object res = (*g_fwd_miss)(q, k, v, bias, std::vector<Tensor>(extra.begin(), extra.end()),
                                 std::string(spec.data(), spec.size()));
@@ -351,6 +352,7 @@ Grads python_backward(Tensor const &dout, Tensor const &q, Tensor const &k, Tens
                       Tensor const &lse, OptTensor const &bias, at::TensorList extra, c10::string_view spec,
                       bool need_dbias, OptTensor const &dlse) {
     g_misses++;
+    TE_DEBUG("backward call handed to Python (no runner for its signature, or a dlse)");
     py::gil_scoped_acquire gil;
     py::object res = (*g_bwd_miss)(dout, q, k, v, out, lse, bias, std::vector<Tensor>(extra.begin(), extra.end()),
                                 std::string(spec.data(), spec.size()), need_dbias, dlse);
