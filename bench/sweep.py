@@ -6,7 +6,7 @@
 Each row is one attention call as a training step (forward + backward, q/k/v require grad, a fixed
 upstream gradient), timed back to back between CUDA events after warm-up (median of --iters),
 plus the host time per step (a loop without syncs; short kernels let the host show) and the CUDA kernel time
-per step (profiler; the refit of the cost model reads it: te-compile calibrate). Every row is
+per step (profiler; tests/test_rules.py checks te_compile.rules against committed runs). Every row is
 printed, the ones te_compile loses included; the ratio is torch.compile's time / te_compile's.
 """
 
@@ -109,13 +109,13 @@ def kernel_ms(fn: Callable, args: list, steps: int = 10) -> float | None:
 
 
 def _site_class(rep, args) -> str | None:
-    """cost.site_class of the (first) site te_compile served in the measured function, for the refit."""
-    from te_compile.cudnn.cost import site_class
+    """te_compile.rules.site_class of the (first) site te_compile served in the measured function."""
+    from te_compile.rules import site_class
     for d in rep.decisions:
         if d.runs_on == "cudnn" and d.spec is not None:
             q, k = args[0], args[1]
             bias = args[3] if len(args) > 3 and isinstance(args[3], torch.Tensor) else None
-            return site_class(d.spec, bias, d.need_dbias, q.shape[2], k.shape[2], q.shape[1])[0]
+            return site_class(d.spec, bias is not None, d.need_dbias, q.shape[2], k.shape[2], q.shape[1])
     return None
 
 

@@ -3,7 +3,6 @@
     te-compile demo [--device cpu]                  compile a small GPT, print the site report
     te-compile explain MODULE:FACTORY [--json]      report on your own model (see below)
     te-compile tune MODULE:FACTORY [--list]         measure the model's sites on this GPU, fill the cache
-    te-compile calibrate SWEEP.json... [--out F]    refit the cost model from bench/sweep.py files (one GPU)
     te-compile bench [--suite sdpa|flex|all] ...    the GPU benchmark (needs CUDA)
 
 ``explain`` takes ``MODULE:FACTORY`` where FACTORY is a callable of no arguments that returns
@@ -34,7 +33,6 @@ COMMANDS = {
     "explain": "report every attention site of your model: rewritten or kept, and why",
     "tune": "measure your model's sites on this GPU (cuDNN vs what torch.compile runs) into the cache later "
             "compiles decide from (needs a CUDA GPU)",
-    "calibrate": "refit the cost model from bench/sweep.py JSON files measured on one GPU",
     "bench": "the attention benchmark: te_compile vs Inductor flex vs torch's SDPA backends (needs a CUDA GPU)",
 }
 #: the torch.compile modes `--mode` accepts
@@ -245,15 +243,6 @@ def _run(command: str, rest: list[str]) -> int:
         return _explain(rest)
     if command == "tune":
         return _tune(rest)
-    if command == "calibrate":
-        from .cudnn.refit import main as calibrate
-
-        try:
-            return calibrate(rest)
-        except OSError as e:
-            raise UserError(f"te-compile calibrate: cannot read {e.filename or ''}: {e.strerror or e}") from None
-        except ValueError as e:  # a file that is not a bench/sweep.py JSON
-            raise UserError(f"te-compile calibrate: {e}") from None
     return _bench(rest)
 
 

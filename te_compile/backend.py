@@ -97,8 +97,8 @@ class Options:
     inner: str = "inductor"
     target: str = "auto"
     verify: bool = False
-    #: "fastest": serve a site on cuDNN only where the cost model (te_compile.cudnn.cost) says it beats
-    #: torch.compile; "always": wherever cuDNN can serve it (default from TE_COMPILE_SERVE)
+    #: "fastest": serve a site on cuDNN only where it beats torch.compile (a measurement, else the rule for its
+    #: site class, te_compile.rules); "always": wherever cuDNN can serve it (default from TE_COMPILE_SERVE)
     serve: str = dataclasses.field(default_factory=_default_serve)
     #: decide sites as if the graph runs under CUDA graphs (True) or not (False); None: from torch.compile's
     #: mode / options and Inductor's config (te_compile.explain(mode=...) sets it for its aot_eager compile)
@@ -126,7 +126,7 @@ class Options:
 
 def _checker(target: str, serve: str = "fastest", cuda_graphs: bool = False) -> Optional[Callable[..., Optional[str]]]:
     """The support check the passes call for sites bound for cuDNN: can cuDNN serve it (cudnn/check.py),
-    and, under serve="fastest", is it faster there (cudnn/cost.py; ``cuda_graphs``: the graph will run
+    and, under serve="fastest", is it faster there (te_compile.tuning, te_compile.rules; ``cuda_graphs``: the graph will run
     under CUDA graphs, so host time per call does not count)."""
     if target != "auto":
         return None
@@ -280,7 +280,7 @@ def _compile_or_serve_kept(gm: GraphModule, example_inputs: list[Any], options: 
     decisions = _rewrite(gm, copy_graph(original), options, _checker(options.target, "always", graphs_on))
     for d in decisions:
         if d.rewrite and d.site.name in kept:
-            d.reason = Reason(f"served although the cost model keeps it: Inductor could not compile the graph "
+            d.reason = Reason(f"served although the speed decision keeps it: Inductor could not compile the graph "
                               f"with it kept ({failure})", SERVED_AFTER_INNER_FAILURE)
     return _inner_compile(options.inner, gm, example_inputs, inductor_config), decisions
 
@@ -288,8 +288,8 @@ def _compile_or_serve_kept(gm: GraphModule, example_inputs: list[Any], options: 
 def _rewrite(gm: GraphModule, original: torch.fx.Graph, options: Options, checker: Any) -> list:
     """``rewrite_graph``; a failed rewrite hands on the graph as Dynamo captured it (``original``)."""
     try:
-        with graph_work.graph(gm), deciding_for(options.for_device):  # (the cost model weighs host time
-            # against the graph's other GPU work)
+        with graph_work.graph(gm), deciding_for(options.for_device):  # (a measurement runs the graph's other
+            # GPU work before each timed call)
             return rewrite_graph(gm, options.target, checker, options.verify)
     except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
         # the rewrite may have stopped half-way: hand on the graph as Dynamo captured it
@@ -382,10 +382,11 @@ def backend(inner: str = "inductor", target: str = "auto", verify: bool = False,
             (rewrite every servable site to the exact reference kernel; for tests and CPU).
     verify: on the first call of each configuration, compare cuDNN with the reference math and
             raise te_compile.VerificationError with the error figures if they disagree.
-    serve:  "fastest" (default; or TE_COMPILE_SERVE): rewrite a CUDA site only where te_compile's cost
-            model (te_compile.cudnn.cost; its calibration is in docs/benchmarks.md) says cuDNN beats torch.compile;
-            the report says "kept for speed" otherwise. "always": wherever cuDNN can serve it.
-    cuda_graphs: None (default): the cost model learns from torch.compile's mode whether the graph runs
+    serve:  "fastest" (default; or TE_COMPILE_SERVE): rewrite a CUDA site only where cuDNN beats
+            torch.compile: measured (te-compile tune, mode="max-autotune"), else the rule for the site's class
+            (te_compile.rules, from the measurements in docs/data); the report says "kept by the rule" or
+            "kept for speed" otherwise. "always": wherever cuDNN can serve it.
+    cuda_graphs: None (default): the decision learns from torch.compile's mode whether the graph runs
             under CUDA graphs (then host time does not count); True / False overrides that.
     """
     options_ = Options(inner=inner, target=target, verify=verify, cuda_graphs=cuda_graphs,

@@ -128,7 +128,7 @@ def parser() -> Parser:
     p.add_argument("--batch", type=int, default=None, help="batch size (none given: 4 on a GPU, 2 on a CPU)")
     p.add_argument("--serve", choices=("fastest", "always"), default=None,
                    help="te_compile's serve policy (default: fastest, or TE_COMPILE_SERVE): 'always' puts every "
-                        "site cuDNN can serve on cuDNN, even where the cost model says torch.compile is faster")
+                        "site cuDNN can serve on cuDNN, even where the rules say torch.compile is faster")
     return p
 
 

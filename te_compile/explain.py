@@ -90,7 +90,7 @@ def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_ea
     of an earlier call instead of tracing again. If Dynamo compiled no graph at all, the report says so.
 
     ``mode``: the ``torch.compile`` mode the model will run under; the decisions follow it (under CUDA
-    graphs, ``mode="reduce-overhead"``, the cost model counts kernel time only). With ``inner="inductor"``
+    graphs, ``mode="reduce-overhead"``, the rules count kernel time only). With ``inner="inductor"``
     it is also passed to the compile.
 
     ``for_device="cuda"``: decide every site as on a CUDA GPU, whatever device ``args`` are on, so a machine

@@ -28,7 +28,7 @@ SPARSE_MASK = "sparse-mask"
 TOO_LARGE = "too-large"
 #: q / k / v / mask / captured tensors are DTensors or other tensor subclasses (sharded)
 DISTRIBUTED = "distributed"
-#: a site kept because te_compile's cost model (or a measurement) says torch.compile is faster: cuDNN
+#: a site kept because a rule (te_compile.rules) or a measurement says torch.compile is faster: cuDNN
 #: could serve it exactly
 SLOWER = "slower"
 #: a site cuDNN could serve, kept because the running cuDNN version is not checked for its form
@@ -36,7 +36,7 @@ SLOWER = "slower"
 CUDNN_VERSION = "cudnn-version"
 #: the cuDNN frontend is not installed, or fails to load (te_compile.install)
 CUDNN_UNAVAILABLE = "cudnn-unavailable"
-#: a site served although the cost model would keep it: Inductor could not compile the graph with it
+#: a site served although the speed decision would keep it: Inductor could not compile the graph with it
 SERVED_AFTER_INNER_FAILURE = "served-after-inner-failure"
 #: te_compile raised while deciding: a bug, reported as such
 INTERNAL_ERROR = "internal-error"

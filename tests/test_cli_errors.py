@@ -77,11 +77,6 @@ def test_a_missing_module(capsys):
     assert _one_line(capsys).startswith("te-compile explain: cannot load 'no_such_module_here:make': No module named")
 
 
-def test_calibrate_a_missing_file(capsys):
-    assert main(["calibrate", "/nonexistent.json"]) == 1
-    assert _one_line(capsys) == "te-compile calibrate: cannot read /nonexistent.json: No such file or directory"
-
-
 def test_a_bad_option_value(capsys):
     with pytest.raises(SystemExit) as e:
         main(["explain", "te_compile.demo:example", "--mode", "bogus"])

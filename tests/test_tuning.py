@@ -121,16 +121,16 @@ def test_speed_reason_reads_the_cache(monkeypatch):
     assert "NVIDIA H100 80GB HBM3, cuDNN 9.19, tuning took 3.2 s" in why  # the tuning time of the site
 
 
-def test_without_a_measurement_the_model_decides_and_says_so(monkeypatch):
+def test_without_a_measurement_the_rule_decides_and_says_so(monkeypatch):
     monkeypatch.setattr(tuning, "platform", lambda *a: PLAT)
     q = _meta(4, 8, 1024, 64)
     why = tuning.speed_reason(q, q, q, None, SDPA, True, False)
-    assert why is not None and "cost model" in why and "te-compile tune" in why
+    assert why is not None and "kept for speed by the rule for sdpa:" in why and "te-compile tune" in why
     softcap = AttentionSpec(scale=0.1, source="flex", score="(mul (tanh (div score 30.0)) 30.0)")
     big = _meta(2, 16, 4096, 128)
-    assert tuning.speed_reason(big, big, big, None, softcap, True, False) is None  # the model serves it
+    assert tuning.speed_reason(big, big, big, None, softcap, True, False) is None  # the rule serves it
     note = tuning.served_note(softcap, big)
-    assert note.startswith("served: the cost model estimates") and "not measured here" in note
+    assert note.startswith("served by the rule for flex score_mod (from 4096 tokens)") and "not measured here" in note
 
 
 def test_measuring_fills_the_cache_once(monkeypatch):

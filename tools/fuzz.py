@@ -742,7 +742,7 @@ def _prepare(device: str) -> Any:
         logging.getLogger(name).setLevel(logging.CRITICAL)
     import warnings
     warnings.filterwarnings("ignore")
-    # serve="always": the fuzzer checks cuDNN's numbers wherever cuDNN can serve, whatever the cost model says
+    # serve="always": the fuzzer checks cuDNN's numbers wherever cuDNN can serve, whatever the rules say
     return te_compile.backend(inner="aot_eager", target="auto" if device == "cuda" else "reference", serve="always")
 
 

@@ -11,9 +11,9 @@ it: with every site served or every site kept, the step is max(host, kernels) su
 site is ``max(host, kernel + rest / N)``.
 
 Only the graph's matrix multiplies are counted (2 M N K FLOPs each; three times that in training, for the
-two backward products), at the calibration's throughput. The rest of the graph's host time is not known here,
+two backward products), at a fixed sm90 bf16 throughput (te_compile.tuning.REST_TFLOPS). The rest of the graph's host time is not known here,
 and where the graph is close to host-bound that host time does not hide: a model at 4 x 1024 tokens served
-sites measured faster this way and ran slower. So the cost model does not use this share, and a measured
+sites measured faster this way and ran slower. So the rules do not use this share, and a measured
 decision is checked on the whole graph (``tuning.graph_check``).
 """
 

@@ -84,7 +84,7 @@ class Decision:
     inserts: Optional[FlexInserts] = None  # flex: what apply() inserts next to the op
     replacement: Optional[str] = None  # name of the node that now carries the output (set by apply)
     replaced: Optional[dict] = None  # old node -> the node that now stands for it (set by apply)
-    #: a served site's speed basis for the report ("served: measured ..." / "served: the cost model ...")
+    #: a served site's speed basis for the report ("served: measured ..." / "served by the rule for ...")
     note: str = ""
 
     @property

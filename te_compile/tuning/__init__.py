@@ -7,11 +7,11 @@ For a site cuDNN can serve, ``speed_reason`` (the ``serve="fastest"`` check) dec
 2. a new measurement, when measuring is on: ``torch.compile(..., mode="max-autotune")`` or
    ``te_compile.tune`` / ``te-compile tune`` (``measuring()``); it times te_compile's op against what plain
    torch.compile runs for the same site (``tuning.candidates``), in alternating rounds, and stores the result;
-3. otherwise the cost model (``te_compile.cudnn.cost``), and the reason says so.
+3. otherwise the rule for its site class (``te_compile.rules``), and the reason says so.
 
 A site is served only when cuDNN measured faster in the median round and in nearly every round (``timing.serve_on_cudnn``).
 Under CUDA graphs (mode="reduce-overhead") host time does not count and the candidates are not captured, so such
-graphs are decided by the model.
+graphs are decided by the rules.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Iterator, Optional
 
 import torch
 
+from ..layout import size_hints
 from ..reasons import SLOWER, Reason
 from ..spec import AttentionSpec
 from . import cache
@@ -104,13 +105,22 @@ def lookup(key: Optional[str]) -> Optional[Measurement]:
     return Measurement.from_entry(entry) if entry else None
 
 
+#: the matrix-multiply throughput the graph's other GPU work is timed at, TFLOP/s (bf16 on sm90)
+REST_TFLOPS = 500.0
+
+
 def rest_ms(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> float:
-    """ms of the compiling graph's other GPU work credited to this site (te_compile.cudnn.cost.rest_ms); 0 off CUDA
-    and below REST_MIN_MS."""
-    from ..cudnn.cost import rest_ms as model_rest
+    """ms of the compiling graph's other GPU work credited to this site (te_compile.cudnn.graph_work.rest_ms); 0 off
+    CUDA, below REST_MIN_MS, and for bands narrower than causal (sliding windows: served in Hugging Face models'
+    training steps they measured slower than Inductor with that work around them, docs/cudnn-notes.md)."""
+    from ..cudnn import graph_work
+    from ..rules import site_class
     if getattr(q, "device", None) is None or q.device.type != "cuda":
         return 0.0
-    ms = model_rest(q, k, v, bias, spec, needs_grad, need_dbias)
+    shape = size_hints((q.shape[1], q.shape[2], k.shape[2]))
+    if shape is None or site_class(spec, bias is not None, need_dbias, shape[1], shape[2], shape[0]) == "flex narrow band":
+        return 0.0
+    ms = graph_work.rest_ms(needs_grad, REST_TFLOPS)
     return ms if ms >= REST_MIN_MS else 0.0
 
 
@@ -176,21 +186,15 @@ def _served(spec: AttentionSpec, q, note: str) -> None:
     _notes[_note_key(spec, q)] = note
 
 
-def _model_note(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> str:
-    from ..cudnn.cost import estimate
-    est = estimate(q, k, v, bias, spec, needs_grad, need_dbias)
-    if est is None:
-        return "served: symbolic shapes (the cost model decides at the size this compile saw)"
-    what = "training step" if needs_grad else "forward"
-    return (f"served: the cost model estimates {est['te_compile']:.2f} ms per {what} on te_compile vs "
-            f"{est['torch.compile']:.2f} ms on torch.compile ({est['class']}; {est['calibration']}; not measured here: "
-            "te-compile tune)")
+def _rule_note(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> str:
+    from ..rules import served_note
+    return served_note(q, k, v, bias, spec, needs_grad, need_dbias) + "; not measured here: te-compile tune"
 
 
 def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
                  cuda_graphs: bool = False) -> Optional[str]:
     """Why the site stays with torch.compile for speed, or None (serve it on cuDNN)."""
-    from ..cudnn.cost import slower_reason
+    from ..rules import slower_reason
     if spec.impl != "cudnn" or cuda_graphs:
         return slower_reason(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)
     rest = rest_ms(q, k, v, bias, spec, needs_grad, need_dbias)
@@ -200,12 +204,12 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
         try:
             m = measure(q, k, v, bias, spec, needs_grad, need_dbias, key, rest=rest)
         except Exception as e:  # noqa: BLE001 - a failed measurement must not fail the user's compile
-            log.warning("te_compile: measuring %s failed (%s: %s); the cost model decides it", spec.describe(),
+            log.warning("te_compile: measuring %s failed (%s: %s); the rules decide it", spec.describe(),
                         type(e).__name__, e)
     if m is None:
         why = slower_reason(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)
         if not why:
-            _served(spec, q, _model_note(q, k, v, bias, spec, needs_grad, need_dbias))
+            _served(spec, q, _rule_note(q, k, v, bias, spec, needs_grad, need_dbias))
         return why
     if serve_on_cudnn(m):
         _served(spec, q, f"served: {describe(m, rest=rest)}")

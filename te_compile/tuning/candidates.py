@@ -11,7 +11,7 @@ mask_mod rebuilt from the spec's ScoreExprs (the same math as the user's mods af
 canonicalisation; ``(in i)`` terms become per-head inputs). Training sites run forward + backward.
 
 A flex site whose additive term or mask gathers from captured tensors (a materialized bias) cannot be rebuilt
-from its spec: ``build`` returns None and the cost model decides it.
+from its spec: ``build`` returns None and the rules decide it.
 
 Two things make compiling here safe:
 

@@ -1,0 +1,155 @@
+"""The default serve decision: one rule per site class, from measurements (no model, no fitted constants).
+
+What the lowering decided for a site (te_compile.cudnn.lowering: a native band, an emitted score_mod or mask,
+native ALiBi, the prefix-LM split, a bias with or without dBias, an SDPA form) names its class
+(``site_class``). Each class has one rule: keep it, or serve it from a number of query tokens on, where cuDNN's
+kernels are faster than torch.compile's and the step is long enough that te_compile's host time per call does not
+decide it. Every rule cites the committed sweep rows (``docs/data``) it was read from; tests/test_rules.py checks
+each rule against those rows: every row the rule serves measured faster on te_compile than on plain
+torch.compile, every row it keeps did not, or its kernels were no faster.
+
+Under CUDA graphs (mode="reduce-overhead") a replay issues no per-call host work, so the kernel ratio alone
+decides: a class serves at any length where its kernels are faster.
+
+The measurements are sm90 (H100 and H200) with cuDNN 9.19 and 9.27, training steps. ``te-compile tune`` /
+``mode="max-autotune"`` / ``te_compile.tune`` measure a site on the running machine instead
+(te_compile.tuning); ``te_compile.backend(serve="always")`` serves every site cuDNN can serve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from .layout import size_hints
+from .reasons import SLOWER, Reason
+from .spec import AttentionSpec
+
+#: the architecture and cuDNN versions the rules were measured on
+MEASURED_ON = "sm90 (H100, H200), cuDNN 9.19 and 9.27, training steps"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """Serve a class from ``min_tokens`` query tokens on (None: keep it), ``graphs_min_tokens`` under CUDA graphs
+    (None: keep it there too). ``kernel_ratio``: torch.compile's kernel time over te_compile's in the cited rows
+    (the range), ``why``: one sentence for the report. ``cites``: the sweep files (docs/data) and case names the
+    rule was read from."""
+
+    min_tokens: Optional[int]
+    graphs_min_tokens: Optional[int]
+    why: str
+    cites: tuple = ()
+
+
+_TUNED = ("tuned-flex-h100-919-2026-11-27-1x16x16384x128.json", "tuned-flex-h100-919-2026-11-27-1x32x8192x128x8.json",
+          "tuned-flex-h200-919-2026-11-27.json", "tuned-flex-h200-927-2026-11-27.json",
+          "tuned-flex-h100-919-2026-11-27-8x16x1024x64.json", "tuned-flex-h100-919-2026-11-27-8x16x512x64.json",
+          "tuned-flex-h200-919-2026-11-27-4x16x512x64.json")
+
+RULES: dict[str, Rule] = {
+    "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: served, its steps were "
+                 "0.58-1.02x at 512-16384 tokens", (("sweep-sdpa-before-h200-2026-11-26.json",
+                                                       ("sdpa none", "sdpa causal")),)),
+    "sdpa mask": Rule(None, None, "torch runs its own cuDNN kernel with a bool mask or a frozen bias (not measured "
+                      "apart from SDPA without one: taken as equal)"),
+    "sdpa learned bias": Rule(4096, 4096, "torch falls back to its efficient kernel for a bias with a gradient: "
+                              "1.80-2.07x steps from 4096 tokens, none faster at 1024",
+                              (("sweep-sdpa-h200-2026-11-26.json", ("sdpa learned bias",)),)),
+    "flex plain": Rule(4096, 512, "cuDNN's kernels 1.14-1.40x Inductor's; the step is faster from 4096 tokens "
+                       "(1.22-1.42x), slower at 512-1024 (0.58-0.85x)", ((_TUNED, ("flex none",)),)),
+    "flex native band": Rule(4096, 512, "a causal band on cuDNN's diagonal band: kernels 1.09-1.43x; steps 1.27-1.40x "
+                             "from 4096 tokens, 0.59-0.86x at 512-1024", ((_TUNED, ("flex causal",)),)),
+    "flex narrow band": Rule(8192, 512, "a band narrower than causal (a sliding window): kernels 1.07-1.32x, but "
+                             "the kernels are short: steps 1.12-1.31x from 8192 tokens, 0.50-0.78x at 512-4096",
+                             ((_TUNED, ("flex sliding <=", "flex sliding <")),)),
+    "flex score_mod": Rule(4096, 512, "a non-linear score_mod (softcap): kernels 1.87-2.55x; steps 1.88-2.37x from "
+                           "4096 tokens, 0.64-1.17x at 512-1024",
+                           ((_TUNED, ("flex softcap", "flex softcap + causal")),)),
+    "flex additive score_mod": Rule(4096, 512, "an additive score_mod (ALiBi): kernels 1.10-1.41x; steps "
+                                    "1.26-1.35x from 4096 tokens, 0.66-0.71x at 512-1024",
+                                    ((_TUNED, ("flex ALiBi",)),)),
+    "flex native ALiBi + causal": Rule(4096, 512, "cuDNN's own ALiBi with causal masking: kernels 1.04-1.50x; "
+                                       "steps 1.16-1.37x from 4096 tokens, 0.51-0.63x at 512-1024",
+                                       ((_TUNED, ("flex ALiBi + causal",)),)),
+    "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
+                              "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)",
+                              ((_TUNED, ("flex prefix-LM",)),)),
+    "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
+                              "0.98-1.01x", ((_TUNED, ("flex document",)),)),
+    "flex additive score_mod + mask": Rule(None, None, "an additive score_mod with a mask cuDNN computes every tile "
+                                           "of: 0.80x steps"),
+    "flex gathered bias": Rule(4096, 4096, "a relative-position table gathered into a bias: 2.2x steps, as SDPA's "
+                               "learned bias (from 4096 tokens)"),
+    "flex band without tile skipping": Rule(None, None, "a bottom-right band over fewer queries than keys: cuDNN "
+                                            "computes about every tile of it (0.9x)"),
+}
+
+
+def site_class(spec: AttentionSpec, has_bias: bool, need_dbias: bool, L: int, S: int, H: int = 0) -> str:
+    """The rule's class of a site, from what the lowering decided for it."""
+    from .cudnn import prefix
+    from .cudnn.lowering import lower
+
+    if spec.source != "flex":
+        if not has_bias:
+            return "sdpa"
+        return "sdpa learned bias" if need_dbias else "sdpa mask"
+    if not has_bias and prefix.split(spec, L, S) is not None:
+        return "flex prefix split"
+    lw = lower(spec, (L, S), heads=H)
+    if has_bias and not spec.empty_rows:
+        return "flex gathered bias"
+    if lw.alibi:
+        return "flex native ALiBi + causal"
+    if lw.band is not None:
+        left, right = lw.band
+        if left is None and right > 0 and L < S:
+            return "flex band without tile skipping"
+        return "flex narrow band" if left is not None and (left + right) < S // 2 else "flex native band"
+    if lw.score is None and lw.mask is None:
+        return "flex plain"
+    if lw.score is None or (lw.mask is not None and lw.mask_first is None):
+        return "flex emitted mask"
+    additive = lw.deriv is not None and lw.deriv.is_const(1.0)
+    if lw.mask is None:
+        return "flex additive score_mod" if additive else "flex score_mod"
+    return "flex additive score_mod + mask" if additive else "flex score_mod"
+
+
+def decide(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
+           cuda_graphs: bool = False) -> tuple[bool, str]:
+    """(serve?, one sentence naming the rule) for a site cuDNN can serve."""
+    shape = size_hints((q.shape[1], q.shape[2], k.shape[2]))
+    if shape is None:
+        return True, "served: symbolic shapes (the rules decide at the size this compile saw)"
+    H, L, S = shape
+    cls = site_class(spec, bias is not None, need_dbias, L, S, H)
+    rule = RULES[cls]
+    need = rule.graphs_min_tokens if cuda_graphs else rule.min_tokens
+    where = " under CUDA graphs" if cuda_graphs else ""
+    if need is not None and L >= need:
+        return True, f"served by the rule for {cls}{where} (from {need} tokens): {rule.why}"
+    if need is None:
+        return False, f"kept for speed by the rule for {cls}{where}: {rule.why}"
+    return False, f"kept for speed by the rule for {cls}{where}: {L} tokens, served from {need}: {rule.why}"
+
+
+def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
+                  cuda_graphs: bool = False) -> Optional[str]:
+    """Why the rules keep this site (torch.compile is faster), or None (served)."""
+    if spec.impl != "cudnn":
+        return None
+    serve, why = decide(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs)
+    if serve:
+        return None
+    return Reason(f"{why} ({MEASURED_ON}; not measured here: te-compile tune or mode='max-autotune' measures it); "
+                  "te_compile.backend(serve='always') serves it anyway", SLOWER)
+
+
+def served_note(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> str:
+    return decide(q, k, v, bias, spec, needs_grad, need_dbias)[1] + f" ({MEASURED_ON})"
+
+
+__all__ = ["RULES", "Rule", "MEASURED_ON", "site_class", "decide", "slower_reason", "served_note"]
+
