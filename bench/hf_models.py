@@ -96,12 +96,12 @@ def _tune(model, ids, extra) -> dict:
     """te_compile.tune the model for training and for inference (fills the measurement cache, so the te_compile
     column's default policy decides from measurements): sites measured, seconds and the whole-graph checks
     (te_compile.tuning.graph_check: both times, and whether the rewritten graph stood) and the whole-model check
-    (te_compile.tuning.model_check), per mode."""
+    (te_compile.model_check), per mode."""
     import time
 
     import te_compile
     from te_compile.tuning.graph_check import checked_log
-    from te_compile.tuning.model_check import model_log
+    from te_compile.model_check import model_log
     out = {}
     for mode, grad in (("train", True), ("infer", False)):
         t0, n, nm = time.perf_counter(), len(checked_log), len(model_log)

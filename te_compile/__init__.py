@@ -14,7 +14,7 @@ from .backend import backend, compile, te_compile_backend  # noqa: A004
 from .explain import Report, explain
 from .kernels import runtime_fallbacks
 from .spec import AttentionSpec
-from .tuning.tune import tune
+from .autotune import tune
 from .verify import VerificationError
 
 __version__ = "0.1.0"

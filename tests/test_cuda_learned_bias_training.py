@@ -1,5 +1,5 @@
 """Training with a learned relative-position table under the default policy (serve="fastest"): whatever the
-cost model decides, the model compiles and runs, and every gradient matches float64 math.
+rules decide, the model compiles and runs, and every gradient matches float64 math.
 
 When Inductor cannot compile the graph with the site kept (its flex backward ran out of shared memory on an
 H100), te_compile serves the site on cuDNN and compiles again (te_compile.backend.compile_graph).

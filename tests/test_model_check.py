@@ -1,4 +1,4 @@
-"""The whole-model check of te_compile.tune (te_compile.tuning.model_check): the model timed as called, with a
+"""The whole-model check of te_compile.tune (te_compile.model_check): the model timed as called, with a
 fake compiler and a fake timer; what it writes into the cache and the reason the next compile gives."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from te_compile.reasons import SLOWER, category
-from te_compile.tuning import cache, graph_check, model_check
+from te_compile import model_check
+from te_compile.tuning import cache, graph_check
 
 PLAT = {"gpu": "NVIDIA H100 80GB HBM3", "cudnn": 91900, "torch": "2.11.0"}
 

@@ -1,5 +1,6 @@
 """The package's layout rules: no import cycle
-between te_compile modules (imports inside functions included), the passes never import the ops or cuDNN,
+between te_compile modules (imports inside functions included), layers that run one way between subpackages and
+top-level modules (LAYERS), the passes never import the ops or cuDNN,
 no te_compile module imports another's private (``_name``) symbols, and no function in te_compile is
 longer than 60 lines."""
 
@@ -92,6 +93,53 @@ def test_no_import_cycle():
 def test_cycle_detector_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+#: te_compile's layers, lowest first: a module or subpackage imports only from its own layer or below. Subpackages
+#: are one unit each (their modules import each other freely); top-level modules are units of their own.
+LAYERS = [
+    # the language of a site: expressions, specs, reasons, layouts, the exact math, warnings
+    {"expr", "opdefs", "ir", "spec", "layout", "reasons", "fxcopy", "cli_parser", "user_warnings", "infix", "alibi",
+     "reference", "blockmask", "install", "stale_outputs", "verify"},
+    {"cudnn"},  # what talks to cuDNN
+    {"kernels", "ops", "inserted", "passes", "rules"},  # the ops, the graph passes, the default decision
+    {"tuning"},  # measured decisions (the pieces backend uses)
+    {"backend", "report"},  # the torch.compile backend
+    {"explain", "autotune", "model_check", "benchmark", "demo", "__main__", "__init__"},  # orchestration and CLI
+]
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) >= 2 and (PKG / parts[1]).is_dir():
+        return parts[1]
+    return "__init__" if module == "te_compile" else parts[-1]
+
+
+def _package_graph() -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for m, deps in _graph().items():
+        out.setdefault(_unit(m), set()).update(_unit(d) for d in deps if _unit(d) != _unit(m))
+    return out
+
+
+def test_layers_run_one_way_at_package_level():
+    """No cycle between units (subpackages and top-level modules), every unit in exactly one layer, and no import
+    from a lower layer up to a higher one."""
+    graph = _package_graph()
+    layer = {u: i for i, units in enumerate(LAYERS) for u in units}
+    assert sum(len(u) for u in LAYERS) == len(layer), "a unit is in two layers"
+    assert set(graph) == set(layer), f"not in a layer: {set(graph) - set(layer)}; gone: {set(layer) - set(graph)}"
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+    up = sorted(f"{a} ({layer[a]}) -> {b} ({layer[b]})" for a, deps in graph.items() for b in deps
+                if layer[b] > layer[a])
+    assert not up, up
+
+
+def test_the_layer_check_sees_an_import_up():
+    assert _cycle({"tuning": {"backend"}, "backend": {"tuning"}}) == ["backend", "tuning", "backend"]
+    layer = {u: i for i, units in enumerate(LAYERS) for u in units}
+    assert layer["backend"] > layer["tuning"] > layer["cudnn"] > layer["spec"]
 
 
 def test_passes_never_import_ops_or_cudnn():

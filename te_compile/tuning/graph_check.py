@@ -225,7 +225,7 @@ def verdict(gm: torch.fx.GraphModule, original: torch.fx.Graph, example_inputs: 
                       f"{m.te_ms:.3f} ms with its measured-faster sites on cuDNN vs {m.tc_ms:.3f} ms with plain "
                       f"torch.compile, cuDNN faster in {m.wins} of {len(m.ratios)} rounds ({plat.get('gpu')}{took}); "
                       "the sites and their graph measured faster alone, the model's host time outside its graphs "
-                      "did not allow it (te_compile.tuning.model_check); te_compile.backend(serve='always') serves "
+                      "did not allow it (te_compile.model_check); te_compile.backend(serve='always') serves "
                       "it anyway", SLOWER)
     return Reason(f"kept for speed ({what} of the whole graph): it measured {m.te_ms:.3f} ms with its {measured} "
                   f"measured-faster site(s) on cuDNN vs {m.tc_ms:.3f} ms with them on torch.compile, cuDNN faster in "

@@ -4,7 +4,7 @@ Compiles the model once with te_compile (through ``explain``: its compiled entri
 recompile budget is untouched), with measuring on: each site cuDNN can serve and the cache does not know yet is
 timed against torch.compile's candidate on this GPU and stored (te_compile.tuning.cache), and each graph that
 serves a site because it measured faster is timed whole (te_compile.tuning.graph_check). When a graph stayed
-served, the whole model is then timed as the user calls it (te_compile.tuning.model_check: two more compiles,
+served, the whole model is then timed as the user calls it (te_compile.model_check: two more compiles,
 with entries of their own), and a model that is not faster served keeps those sites. Later compiles of the same
 sites (any process, same GPU, cuDNN and torch) decide from the cache and measure nothing.
 """
@@ -14,16 +14,16 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional
 
-from . import measured_log, measuring, progress
+from .tuning import measured_log, measuring, progress
 
 
 def tune(fn: Callable, *args: Any, mode: Optional[str] = None, echo: Optional[Callable[[str], None]] = print,
          **kwargs: Any):
     """Measure ``fn``'s undecided sites on ``args``; returns (report, measurements made now). ``echo`` gets one
     progress line per measured site (None: silent)."""
-    from ..explain import explain
     from . import model_check
-    from .graph_check import checked_log
+    from .explain import explain
+    from .tuning.graph_check import checked_log
 
     start, graphs, t0 = len(measured_log), len(checked_log), time.perf_counter()
     with measuring(), progress(echo):

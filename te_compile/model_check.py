@@ -28,9 +28,9 @@ from typing import Any, Callable, Mapping, Optional
 
 import torch
 
-from . import cache
+from .tuning import cache
 
-from .timing import Measurement, measure_pair, wall_timer
+from .tuning.timing import Measurement, measure_pair, wall_timer
 
 #: the length of one timed round of one variant, ms
 ROUND_MS = 100.0
@@ -72,9 +72,9 @@ def measure_model(fn: Any, args: tuple, kwargs: dict, mode: Optional[str], needs
                   timer=None, compile_fn: Optional[Callable] = None) -> Measurement:
     """Time ``fn`` compiled with te_compile against ``fn`` compiled with plain torch.compile; te_ms is the former.
     ``compile_fn(fn, backend, mode)``: ``explain.isolated_compile`` (tests pass a fake)."""
-    from ..backend import backend
-    from ..explain import isolated_compile
-    from .graph_check import rng_restored
+    from .backend import backend
+    from .explain import isolated_compile
+    from .tuning.graph_check import rng_restored
     compile_fn = compile_fn or isolated_compile
     t0 = time.perf_counter()
     cuda = any(t.is_cuda for t in _tensors((list(args), kwargs)))
