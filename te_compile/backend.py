@@ -25,7 +25,7 @@ from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
 from . import stale_outputs, tuning, user_warnings
 from .tuning import graph_check
-from .cudnn import graph_work
+from .tuning import graph_work
 from .fxcopy import copy_graph
 from .report import GraphReport, Report, record
 

@@ -1,11 +1,11 @@
-"""The rest of a graph's GPU work (te_compile.cudnn.graph_work): counted from the FX graph, shared over its
+"""The rest of a graph's GPU work (te_compile.tuning.graph_work): counted from the FX graph, shared over its
 attention sites, run before each call when a site is measured (not for sliding windows), and not credited by
 the rules, which cannot see the graph's host time."""
 
 import torch
 import torch.nn.functional as F
 
-from te_compile.cudnn import graph_work
+from te_compile.tuning import graph_work
 from te_compile.rules import site_class, slower_reason
 from te_compile.spec import AttentionSpec
 

@@ -110,10 +110,10 @@ REST_TFLOPS = 500.0
 
 
 def rest_ms(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> float:
-    """ms of the compiling graph's other GPU work credited to this site (te_compile.cudnn.graph_work.rest_ms); 0 off
+    """ms of the compiling graph's other GPU work credited to this site (te_compile.tuning.graph_work.rest_ms); 0 off
     CUDA, below REST_MIN_MS, and for bands narrower than causal (sliding windows: served in Hugging Face models'
     training steps they measured slower than Inductor with that work around them, docs/cudnn-notes.md)."""
-    from ..cudnn import graph_work
+    from . import graph_work
     from ..rules import site_class
     if getattr(q, "device", None) is None or q.device.type != "cuda":
         return 0.0

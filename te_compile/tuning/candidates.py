@@ -178,7 +178,7 @@ def _cycles_per_ms(device: torch.device) -> float:
 
 def busy(pair: Pair, ms: float, device: torch.device) -> Pair:
     """Both candidates, each call preceded by ``ms`` of GPU work (a sleep kernel): the rest of the site's graph,
-    which in a model hides host time behind it (te_compile.cudnn.graph_work). One launch, no memory traffic."""
+    which in a model hides host time behind it (te_compile.tuning.graph_work). One launch, no memory traffic."""
     cycles = int(ms * _cycles_per_ms(device))
 
     def wrap(step: Callable[[], object]) -> Callable[[], object]:

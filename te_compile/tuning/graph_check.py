@@ -119,7 +119,7 @@ def writes_an_input(graph: torch.fx.Graph) -> bool:
 
 def skip_reason(original: torch.fx.Graph, example_inputs: list[Any], cuda_graphs: bool) -> Optional[str]:
     """Why the whole graph is not timed, or None."""
-    from ..cudnn.graph_work import forward_gemm_flops
+    from .graph_work import forward_gemm_flops
     if cuda_graphs:
         return "the graph runs under CUDA graphs"
     if forward_gemm_flops(original) <= 0:
