@@ -22,7 +22,8 @@ pytestmark = [pytest.mark.cuda,
 def test_tune_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.ENV, str(tmp_path))
     monkeypatch.delenv("TE_COMPILE_SERVE", raising=False)  # the suite serves always; tuning is about "fastest"
-    B, H, L, D = 2, 8, 1024, 64
+    # 4096 tokens: softcap's cuDNN kernels are about 2x Inductor's and the step follows (docs/data's tuned sweeps)
+    B, H, L, D = 2, 8, 4096, 64
     bm = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, L, L, device="cuda")
 
     def softcap(s, b, h, q, kv):
@@ -37,6 +38,8 @@ def test_tune_measures_once_then_reads_the_cache(tmp_path, monkeypatch):
     entries = cache.entries()
     assert len(entries) == 2
     by_spec = {json.loads(key)["spec"]: Measurement.from_entry(e) for key, e in entries.items()}
+    flex_site = next(d for d in report.decisions if d.site.kind == "flex")
+    assert flex_site.runs_on == "cudnn", flex_site.reason  # softcap + causal at 4096 tokens: measured faster
     for d in report.decisions:
         if d.runs_on == "cudnn":  # served: the measurement said cuDNN is faster (median and nearly every round)
             assert serve_on_cudnn(by_spec[d.spec.key()]), by_spec
@@ -76,7 +79,7 @@ def test_tune_checks_the_whole_graph_of_a_measured_site_once(tmp_path, monkeypat
     from te_compile.tuning import graph_check
     monkeypatch.setenv(cache.ENV, str(tmp_path))
     monkeypatch.delenv("TE_COMPILE_SERVE", raising=False)
-    B, H, L, D = 2, 8, 1024, 64
+    B, H, L, D = 2, 8, 4096, 64  # softcap at 4096 tokens: the site wins alone, and the graph is timed whole
     proj = torch.nn.Linear(H * D, H * D, device="cuda", dtype=torch.bfloat16)
 
     def softcap(s, b, h, q, kv):
@@ -93,18 +96,13 @@ def test_tune_checks_the_whole_graph_of_a_measured_site_once(tmp_path, monkeypat
     graph_entries = [e for k, e in cache.entries().items() if '"graph"' in k]
     assert len(made) == 1 and len(site_entries) == 1
     (d,) = report.decisions
-    if not serve_on_cudnn(Measurement.from_entry(site_entries[0])):  # the site alone lost: nothing to check
-        assert graph_entries == [] and d.runs_on == "kept"
-        return
+    assert serve_on_cudnn(Measurement.from_entry(site_entries[0])), site_entries  # the site alone won
     assert len(graph_entries) == 1 and len(graph_check.checked_log) == start + 1
     assert any(line.startswith("  graph with 1 site(s)") for line in lines), lines  # progress line
     assert "1 graph(s) timed whole" in lines[-1], lines[-1]
     whole = Measurement.from_entry(graph_entries[0])
     assert whole.te_ms > 0 and whole.tc_ms > 0 and whole.seconds > 0
-    if serve_on_cudnn(whole):
-        assert d.runs_on == "cudnn"
-    else:
-        assert d.runs_on == "kept" and "whole graph" in d.reason, d.reason
+    assert serve_on_cudnn(whole) and d.runs_on == "cudnn", (whole, d.reason)  # one linear does not hide a 2x site
     torch._dynamo.reset()
     report2, made2 = te_compile.tune(model, x, echo=None)
     assert made2 == [] and len(graph_check.checked_log) == start + 1
