@@ -4,10 +4,11 @@
 
 In one process, per shape:
 * the te ops called as a compiled graph calls them (no autograd history): ``attn_fwd`` / ``attn_bwd`` on the
-  native call path and on the Python path (te_compile.cudnn.native off), against aten's cuDNN SDPA ops
+  native call path (with its CUDA-graph replays, and without), and on the Python path (te_compile.cudnn.native
+  off), against aten's cuDNN SDPA ops
   (``_scaled_dot_product_cudnn_attention`` and its backward), for no mask and causal;
-* compiled flex forward calls (no grad): te_compile (serve="always") against plain torch.compile (Inductor), for
-  no mask, causal, a sliding window and softcap.
+* compiled flex forward calls (no grad): te_compile (serve="always", with and without replays) against plain
+  torch.compile (Inductor), for no mask, causal, a sliding window and softcap.
 
 Host µs per call: a loop of --iters calls without a sync, timed on the host. The calls compared in one group
 (the op calls of one shape and mask; te_compile's and Inductor's compiled call of one variant) take turns, one
@@ -30,15 +31,18 @@ from typing import Callable
 import torch
 
 
-def host_us(calls: dict, iters: int, repeats: int) -> dict:
-    """Host µs per call of each of ``calls`` (name -> callable), measured in alternating rounds."""
-    for fn in calls.values():
+def host_us(calls: dict, iters: int, repeats: int, setup: Callable = lambda name: None) -> dict:
+    """Host µs per call of each of ``calls`` (name -> callable), measured in alternating rounds; ``setup(name)``
+    runs before each of its loops, untimed."""
+    for name, fn in calls.items():
+        setup(name)
         for _ in range(3):
             fn()
     torch.cuda.synchronize()
     runs: dict = {name: [] for name in calls}
     for _ in range(repeats):
         for name, fn in calls.items():
+            setup(name)
             t0 = time.perf_counter()
             for _ in range(iters):
                 fn()
@@ -84,9 +88,11 @@ def op_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> li
                                                         causal),
             }
             host = {}
-            for path in ("native", "python"):  # the te ops on each path; aten's calls take turns with both
+            # the te ops on each path; aten's calls take turns with each
+            for path in ("native", "native, no replays", "python"):
                 if path == "python":
                     native.disable()
+                native.set_replay(path == "native")
                 got = host_us(calls, iters, repeats)
                 host.update({(f"{n} ({path})" if n.startswith("te") else f"{n} [{path} round]"): t
                              for n, t in got.items()})
@@ -94,6 +100,7 @@ def op_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> li
                     rows.append(_row(f"{name} ({path})", (B, H, L, D), variant, host[f"{name} ({path})"],
                                      calls[name], log))
                 native.enable()
+                native.set_replay(True)
             for name in ("aten cuDNN SDPA fwd", "aten cuDNN SDPA bwd"):
                 rows.append(_row(name, (B, H, L, D), variant, host[f"{name} [native round]"], calls[name], log))
     return rows
@@ -108,6 +115,7 @@ def _row(name: str, shape: tuple, variant: str, host: float, fn: Callable, log) 
 
 def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> list[dict]:
     import te_compile
+    from te_compile.cudnn import native
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -129,8 +137,10 @@ def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> 
             with torch.no_grad():
                 compiled(q, k, v)
             calls[f"compiled flex fwd ({impl})"] = lambda compiled=compiled: compiled(q, k, v)
+            if impl == "te_compile":  # the same compiled call with the native path's replays off
+                calls["compiled flex fwd (te_compile, no replays)"] = calls[f"compiled flex fwd ({impl})"]
         with torch.no_grad():
-            host = host_us(calls, iters, repeats)
+            host = host_us(calls, iters, repeats, setup=lambda name: native.set_replay("no replays" not in name))
             for name, call in calls.items():
                 rows.append(_row(name, (B, H, L, D), variant, host[name], call, log))
     return rows

@@ -1,9 +1,10 @@
 """GPU: the native call path (te_compile.cudnn.native) serves repeated calls in C++, with eager's numbers.
 
-Each case compiles a model-style function with te_compile, runs it (forward and backward) three times, and
-checks every run against eager float32, and that the third run's calls ran in C++ (the native path's hit
-count) where the signature is one cuDNN graph on the call's own tensors, or in Python where it is not (the
-prefix-LM split's two calls and merge; a backward with a gradient through lse).
+Each case compiles a model-style function with te_compile, runs it (forward and backward) five times, and
+checks every run against eager float32 (later runs replay the CUDA graphs the runners captured), and that the
+last run's calls ran in C++ (the native path's hit count) where the signature is one cuDNN graph on the call's
+own tensors, or in Python where it is not (the prefix-LM split's two calls and merge; a backward with a gradient
+through lse).
 
 Run on the GPU machine:  python3 -m pytest -q -m cuda tests/test_cuda_native.py
 """
@@ -105,7 +106,7 @@ def test_repeated_calls_run_natively_and_match_eager(name):
     hits = []
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a reference fallback would warn
-        for _ in range(3):
+        for _ in range(5):
             before = _hits()
             out, grads = _run(compiled, q, k, v, dout)
             hits.append(_hits() - before)
@@ -197,3 +198,52 @@ def test_cuda_graph_replay_runs_the_native_kernels(monkeypatch):
             out = compiled(q, k, v)
             assert _rows_err(out.float(), want) <= ROWS_TOL
     assert _hits() > before, native.stats()
+
+
+def test_replays_launch_a_captured_graph_that_reads_each_calls_data():
+    """A runner that sees the same pointers again launches the CUDA graph it captured for them: the counts show
+    captures and replays, every call matches eager, and after q changes in place (same pointers) the replayed
+    graph computes with the new q."""
+    L = 384
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, score_mod=_softcap, block_mask=bm)
+
+    bm = create_block_mask(_causal, 1, 1, L, L, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v = (torch.randn(2, H, L, 64, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", serve="always"), fullgraph=True)
+    assert native.set_replay(True) is True  # on by default
+    start = native.stats()
+    with torch.no_grad():
+        for step in range(8):
+            if step == 5:  # new data at the same addresses
+                q.copy_(torch.randn(q.shape, device="cuda", dtype=q.dtype, generator=g))
+            want = fn(q.float(), k.float(), v.float())
+            out = compiled(q, k, v)
+            assert _rows_err(out.float(), want) <= ROWS_TOL, step
+            del out
+    end = native.stats()
+    assert end["captures"] > start["captures"] and end["replays"] > start["replays"], (start, end)
+
+
+def test_replays_off_executes_every_call():
+    """``set_replay(False)``: calls run cuDNN's execute (no capture, no replay) and still match eager."""
+    L = 256
+    q, k, v = (torch.randn(1, H, L, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    compiled = torch.compile(lambda q, k, v: flex_attention(q, k, v, score_mod=_softcap),
+                             backend=te_compile.backend(inner="aot_eager", serve="always"), fullgraph=True)
+    native.set_replay(False)
+    try:
+        start = native.stats()
+        with torch.no_grad():
+            for _ in range(4):
+                out = compiled(q, k, v)
+                assert _rows_err(out.float(), flex_attention(q.float(), k.float(), v.float(), score_mod=_softcap)) \
+                    <= ROWS_TOL
+                del out
+        end = native.stats()
+        assert (end["captures"], end["replays"]) == (start["captures"], start["replays"])
+        assert end["hits"] - start["hits"] >= 3
+    finally:
+        native.set_replay(True)

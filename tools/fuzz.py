@@ -453,10 +453,13 @@ def run(c: Case, device: str, dtype: torch.dtype, compiled_with: Optional[Any] =
         ac = _null()
     from te_compile.report import record_reports
 
-    # compiled on CUDA the case runs twice and the second run is compared: a signature's first call builds its
-    # runner in Python, later calls run on the native call path (te_compile.cudnn.native) where it is on
+    # compiled on CUDA the case runs four times and the last run is compared: a signature's first call builds its
+    # runner in Python, later calls run on the native call path (te_compile.cudnn.native) where it is on: the
+    # second executes, the third captures a CUDA graph for its pointers, the fourth replays it (each run frees
+    # the last one's tensors first, so the caching allocator hands out the same blocks)
     reports: list = []
-    for _ in range(2 if compiled_with is not None and device == "cuda" else 1):
+    for _ in range(4 if compiled_with is not None and device == "cuda" else 1):
+        res = out = lse = loss = grads = None  # noqa: F841 - frees the previous run's tensors
         with record_reports() as compiled_now, ctx, ac:
             out, lse = fn(*leaves)
         reports += compiled_now

@@ -15,6 +15,10 @@ pip-installed CUDA torch brings (torch's, cuDNN's; the CUDA runtime's from the t
 the ops' Python CUDA and Autograd kernels for the C++ ones. Where something is missing it stays off and ``status()`` says why; the
 Python kernels serve as before. ``TE_COMPILE_NATIVE=0`` keeps it off.
 
+Replays: a runner that sees the same pointers twice captures its execute into a CUDA graph and launches that
+graph for those pointers from then on (one ``cudaGraphLaunch`` instead of cuDNN's execute, which costs several
+kernel launches of host time). ``TE_COMPILE_NATIVE_REPLAY=0`` or ``set_replay(False)`` turns them off.
+
 This module does not import the cuDNN frontend: te_compile.kernels asks ``active()`` on every call.
 """
 
@@ -42,6 +46,7 @@ from . import plan_blob
 log = logging.getLogger("te_compile")
 
 ENV = "TE_COMPILE_NATIVE"
+REPLAY_ENV = "TE_COMPILE_NATIVE_REPLAY"
 SOURCE = Path(__file__).parent / "csrc" / "native_attn.cpp"
 
 #: the extension module while it serves the ops (None: the Python kernels serve)
@@ -105,6 +110,7 @@ def _try_enable() -> None:
         _why_off = f"the extension's operand uids {dict(ext.uids())} differ from te_compile's {want}"
         return
     _module = ext
+    ext.set_replay(os.environ.get(REPLAY_ENV, "1") != "0")
     for hook in hooks:
         hook(ext)
     _ext = ext
@@ -121,6 +127,12 @@ def disable() -> None:
             for hook in hooks:
                 hook(None)
         _ext, _why_off, _tried = None, "disabled", False
+
+
+def set_replay(on: bool) -> bool:
+    """Turn the native path's CUDA-graph replays on or off (benchmarks compare both); returns the old setting
+    (False while the native path is off)."""
+    return bool(_ext.set_replay(on)) if _ext is not None else False
 
 
 def _unavailable() -> str:
@@ -329,6 +341,7 @@ def clear() -> None:
 
 
 def stats() -> dict:
-    """Calls the native path ran (hits) and handed to Python (misses), and the runners it holds."""
+    """Calls the native path ran (hits; ``replays`` of them launched a captured graph) and handed to Python
+    (misses), the graphs it captured, and the runners it holds."""
     return dict(_ext.stats(), declined=dict(declined)) if _ext is not None else {}
 

@@ -10,6 +10,12 @@
 //
 // cuDNN is reached through the libcudnn.so.9 this process has loaded (torch's, or a preloaded newer one): the
 // library the Python frontend built the plan with. Only cuDNN's C API is used (no C++ frontend, no iostreams).
+//
+// Replays: cuDNN's execute costs several times a kernel launch on the host. A runner that sees the same
+// pointers again (a training loop's caching allocator hands each layer the same blocks step after step)
+// captures its execute into a CUDA graph once, on a side stream, and from then on launches that graph for those
+// pointers: the same kernels with the same arguments, for one cudaGraphLaunch. Calls on a capturing stream,
+// and runners whose pointers keep changing, execute as before.
 
 #include <torch/extension.h>
 
@@ -22,6 +28,7 @@
 #include <execinfo.h>
 #include <signal.h>
 
+#include <cuda_runtime_api.h>
 #include <cudnn.h>
 
 #include <algorithm>
@@ -122,6 +129,14 @@ Key bwd_key(Tensor const &dout, Tensor const &q, Tensor const &k, Tensor const &
 
 // --------------------------------------------------------------------------- runners
 
+struct PtrsHash {
+    size_t operator()(std::vector<void *> const &v) const {
+        size_t h = 1469598103934665603ull;
+        for (void *p : v) h = (h ^ reinterpret_cast<uintptr_t>(p)) * 1099511628211ull;
+        return h;
+    }
+};
+
 // One slot of a plan's variant pack: an operand of the call (by uid), a constant, or a place in the workspace.
 struct Slot {
     enum Kind { OPERAND, HOST, WORKSPACE } kind;
@@ -148,6 +163,13 @@ struct Runner {
     std::vector<std::vector<int64_t>> grad_strides;
     bool need_dbias = false;
     bool guard_lse = false;
+    // replays (see the top of this file): guarded by ``replay_mutex``
+    std::mutex replay_mutex;
+    std::unordered_map<std::vector<void *>, int, PtrsHash> seen;  // pointer tuples seen once
+    std::unordered_map<std::vector<void *>, cudaGraphExec_t, PtrsHash> graphs;
+    int resets = 0;       // times ``graphs`` filled up and was emptied
+    bool no_replay = false;  // capture failed, or the pointers keep changing
+    ~Runner();
 };
 
 std::shared_mutex g_mutex;
@@ -206,6 +228,35 @@ struct Api {
     cudnnStatus_t (*execute)(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t) = nullptr;
 } api;
 
+// The CUDA runtime torch loaded (found by symbol, so the extension links no cudart of its own); null members:
+// no replays.
+struct Cuda {
+    decltype(&::cudaStreamIsCapturing) is_capturing = nullptr;
+    decltype(&::cudaStreamCreateWithFlags) stream_create = nullptr;
+    decltype(&::cudaStreamBeginCapture) begin_capture = nullptr;
+    decltype(&::cudaStreamEndCapture) end_capture = nullptr;
+    decltype(&::cudaGraphInstantiateWithFlags) instantiate = nullptr;
+    decltype(&::cudaGraphLaunch) launch = nullptr;
+    decltype(&::cudaGraphDestroy) graph_destroy = nullptr;
+    decltype(&::cudaGraphExecDestroy) exec_destroy = nullptr;
+    decltype(&::cudaGetLastError) last_error = nullptr;
+    bool ok() const {
+        return is_capturing && stream_create && begin_capture && end_capture && instantiate && launch &&
+               graph_destroy && exec_destroy && last_error;
+    }
+} cuda;
+
+std::atomic<bool> g_replay{true};
+std::atomic<int64_t> g_replays{0}, g_captures{0};
+constexpr size_t kMaxGraphs = 64;   // per runner
+constexpr size_t kMaxSeen = 256;    // per runner
+constexpr int kMaxResets = 4;       // then the runner executes only
+
+Runner::~Runner() {
+    if (cuda.exec_destroy)
+        for (auto &kv : graphs) cuda.exec_destroy(kv.second);  // an in-flight launch completes first
+}
+
 std::string status_text(cudnnStatus_t st) {
     return std::to_string(static_cast<int>(st)) + " (" + (api.error_string ? api.error_string(st) : "?") + ")";
 }
@@ -254,15 +305,97 @@ void *operand_pointer(Runner const &r, int64_t uid, Tensor const *const *small, 
     return (i < 0 || small[i] == nullptr) ? nullptr : small[i]->data_ptr();
 }
 
+cudaStream_t side_stream(c10::DeviceIndex device) {
+    thread_local std::unordered_map<int, cudaStream_t> streams;  // captures only: nothing runs on them
+    auto it = streams.find(device);
+    if (it != streams.end()) return it->second;
+    cudaStream_t s = nullptr;
+    if (cuda.stream_create(&s, cudaStreamNonBlocking) != cudaSuccess) {
+        cuda.last_error();
+        s = nullptr;
+    }
+    return streams[device] = s;
+}
+
+// Captures ``pack``'s execute into a CUDA graph on a side stream (nothing runs); null if cuDNN or CUDA refuse.
+cudaGraphExec_t capture(Runner const &r, cudnnBackendDescriptor_t pack, c10::DeviceIndex device) {
+    cudaStream_t side = side_stream(device);
+    if (side == nullptr) return nullptr;
+    cudnnHandle_t h = handle_for(device, side);
+    if (cuda.begin_capture(side, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+        cuda.last_error();
+        return nullptr;
+    }
+    bool ran = api.execute(h, r.plan, pack) == CUDNN_STATUS_SUCCESS;
+    cudaGraph_t graph = nullptr;
+    bool ended = cuda.end_capture(side, &graph) == cudaSuccess && graph != nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (ran && ended && cuda.instantiate(&exec, graph, 0) != cudaSuccess) exec = nullptr;
+    if (graph != nullptr) cuda.graph_destroy(graph);
+    cuda.last_error();
+    return ran && ended ? exec : nullptr;
+}
+
+enum class Replay { LAUNCHED, CAPTURE, EXECUTE };
+
+// A graph for these pointers: launched (LAUNCHED); seen before, so capture it (CAPTURE); or execute (EXECUTE).
+Replay replay(Runner &r, std::vector<void *> const &ptrs, cudaStream_t stream) {
+    std::lock_guard<std::mutex> lock(r.replay_mutex);
+    if (r.no_replay) return Replay::EXECUTE;
+    auto g = r.graphs.find(ptrs);
+    if (g != r.graphs.end()) {
+        if (cuda.launch(g->second, stream) == cudaSuccess) return Replay::LAUNCHED;
+        cuda.last_error();
+        r.no_replay = true;
+        return Replay::EXECUTE;
+    }
+    auto it = r.seen.find(ptrs);
+    if (it != r.seen.end()) {
+        r.seen.erase(it);
+        return Replay::CAPTURE;
+    }
+    if (r.seen.size() >= kMaxSeen) r.seen.clear();
+    r.seen.emplace(ptrs, 1);
+    return Replay::EXECUTE;
+}
+
+void keep_graph(Runner &r, std::vector<void *> ptrs, cudaGraphExec_t exec) {
+    std::lock_guard<std::mutex> lock(r.replay_mutex);
+    if (exec == nullptr) {
+        r.no_replay = true;
+        return;
+    }
+    if (r.graphs.size() >= kMaxGraphs) {  // the pointers keep changing: start again, a few times at most
+        for (auto &kv : r.graphs) cuda.exec_destroy(kv.second);
+        r.graphs.clear();
+        if (++r.resets >= kMaxResets) r.no_replay = true;
+    }
+    if (r.no_replay) {
+        cuda.exec_destroy(exec);
+        return;
+    }
+    auto [it, fresh] = r.graphs.emplace(std::move(ptrs), exec);
+    if (!fresh) cuda.exec_destroy(exec);
+}
+
+bool capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cuda.is_capturing(stream, &st) != cudaSuccess) {
+        cuda.last_error();
+        return true;  // unknown: treat as capturing (execute, as under CUDA graphs)
+    }
+    return st != cudaStreamCaptureStatusNone;
+}
+
 // Runs the plan; false (nothing launched) when cuDNN refuses, so the caller can hand the call to Python.
-bool execute(Runner const &r, Tensor const &like, Tensor const *const *small, at::TensorList inputs) {
+bool execute(Runner &r, Tensor const &like, Tensor const *const *small, at::TensorList inputs) {
     constexpr int kMax = 48;
     int n = static_cast<int>(r.uids.size());
     if (n > kMax) return false;
     Tensor ws;
     if (r.workspace > 0) ws = at::empty({r.workspace}, like.options().dtype(at::kByte));
     char *base = r.workspace > 0 ? static_cast<char *>(ws.data_ptr()) : nullptr;
-    void *ptrs[kMax];
+    std::vector<void *> ptrs(n + 1);
     for (int i = 0; i < n; i++) {
         Slot const &s = r.slots[i];
         if (s.kind == Slot::OPERAND) ptrs[i] = operand_pointer(r, s.uid, small, inputs);
@@ -271,17 +404,39 @@ bool execute(Runner const &r, Tensor const &like, Tensor const *const *small, at
         if (ptrs[i] == nullptr) return false;
     }
     void *engine_ws = base == nullptr ? nullptr : base + r.engine_offset;
-    auto stream = c10::cuda::getCurrentCUDAStream(like.device().index());
-    cudnnHandle_t h = handle_for(like.device().index(), stream.stream());
+    ptrs[n] = engine_ws;
+    c10::DeviceIndex device = like.device().index();
+    cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+    Replay how = Replay::EXECUTE;
+    if (g_replay.load(std::memory_order_relaxed) && cuda.ok() && !capturing(stream)) {
+        how = replay(r, ptrs, stream);
+        if (how == Replay::LAUNCHED) {
+            g_replays++;
+            return true;
+        }
+    }
     cudnnBackendDescriptor_t pack = nullptr;
     if (api.create_descriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack) != CUDNN_STATUS_SUCCESS) return false;
     bool ok = api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &engine_ws) ==
                   CUDNN_STATUS_SUCCESS &&
-              api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs) ==
+              api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs.data()) ==
                   CUDNN_STATUS_SUCCESS &&
               api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, r.uids.data()) ==
                   CUDNN_STATUS_SUCCESS &&
-              api.finalize(pack) == CUDNN_STATUS_SUCCESS && api.execute(h, r.plan, pack) == CUDNN_STATUS_SUCCESS;
+              api.finalize(pack) == CUDNN_STATUS_SUCCESS;
+    if (ok && how == Replay::CAPTURE) {
+        cudaGraphExec_t exec = capture(r, pack, device);
+        if (exec != nullptr && cuda.launch(exec, stream) == cudaSuccess) {
+            keep_graph(r, std::move(ptrs), exec);
+            g_captures++;
+            api.destroy_descriptor(pack);
+            return true;
+        }
+        cuda.last_error();
+        if (exec != nullptr) cuda.exec_destroy(exec);
+        keep_graph(r, {}, nullptr);  // this runner executes only
+    }
+    ok = ok && api.execute(handle_for(device, stream), r.plan, pack) == CUDNN_STATUS_SUCCESS;
     api.destroy_descriptor(pack);
     return ok;
 }
@@ -444,6 +599,40 @@ void on_segv(int sig) {
     raise(sig);
 }
 
+void *cuda_symbol(char const *name) {
+    void *p = dlsym(RTLD_DEFAULT, name);
+    if (p != nullptr) return p;
+    static void *lib = [] {  // torch's libcudart, loaded locally: find it in the process's maps
+        void *h = nullptr;
+        if (FILE *f = std::fopen("/proc/self/maps", "r")) {
+            char line[4096];
+            while (h == nullptr && std::fgets(line, sizeof line, f)) {
+                char *path = std::strchr(line, '/');
+                if (path == nullptr || std::strstr(path, "libcudart.so") == nullptr) continue;
+                path[std::strcspn(path, "\n")] = 0;
+                h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+            }
+            std::fclose(f);
+        }
+        return h;
+    }();
+    return lib ? dlsym(lib, name) : nullptr;
+}
+
+void bind_cuda() {
+    Cuda c;
+    c.is_capturing = reinterpret_cast<decltype(c.is_capturing)>(cuda_symbol("cudaStreamIsCapturing"));
+    c.stream_create = reinterpret_cast<decltype(c.stream_create)>(cuda_symbol("cudaStreamCreateWithFlags"));
+    c.begin_capture = reinterpret_cast<decltype(c.begin_capture)>(cuda_symbol("cudaStreamBeginCapture"));
+    c.end_capture = reinterpret_cast<decltype(c.end_capture)>(cuda_symbol("cudaStreamEndCapture"));
+    c.instantiate = reinterpret_cast<decltype(c.instantiate)>(cuda_symbol("cudaGraphInstantiateWithFlags"));
+    c.launch = reinterpret_cast<decltype(c.launch)>(cuda_symbol("cudaGraphLaunch"));
+    c.graph_destroy = reinterpret_cast<decltype(c.graph_destroy)>(cuda_symbol("cudaGraphDestroy"));
+    c.exec_destroy = reinterpret_cast<decltype(c.exec_destroy)>(cuda_symbol("cudaGraphExecDestroy"));
+    c.last_error = reinterpret_cast<decltype(c.last_error)>(cuda_symbol("cudaGetLastError"));
+    if (c.ok()) cuda = c;
+}
+
 std::string init(std::string const &cudnn_path) {
     if (debug()) signal(SIGSEGV, on_segv);
     if (api.lib != nullptr) return "";
@@ -467,6 +656,7 @@ std::string init(std::string const &cudnn_path) {
         !a.destroy_descriptor || !a.set_attribute || !a.get_attribute || !a.finalize || !a.execute)
         return "libcudnn.so.9 lacks a backend API function";
     api = a;
+    bind_cuda();
     return "";
 }
 
@@ -623,8 +813,14 @@ py::dict stats() {
     d["forward_runners"] = g_fwd.size();
     d["backward_runners"] = g_bwd.size();
     d["blockmasks"] = g_blocks.size();
+    d["replays"] = g_replays.load();
+    d["captures"] = g_captures.load();
+    d["replay"] = g_replay.load() && cuda.ok();
     return d;
 }
+
+// Replays on or off (on by default where the CUDA runtime's graph API was found); returns the old setting.
+bool set_replay(bool on) { return g_replay.exchange(on); }
 
 py::dict uids() {
     py::dict d;
@@ -648,4 +844,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("clear", &clear);
     m.def("stats", &stats);
     m.def("uids", &uids);
+    m.def("set_replay", &set_replay);
 }
