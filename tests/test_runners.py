@@ -157,6 +157,8 @@ def test_workspace_data_and_zeroed_regions_become_slots():
 @pytest.mark.parametrize("over,why", [
     ({"workspace_modifications": {"8": [7, 0, [64.0]]}}, "workspace operation te_compile does not know (operation 7)"),
     ({"workspace_modifications": {"8": [0, 0, [float("nan")]]}}, "NaN bit pattern"),
+    ({"workspace_modifications": {"8": [0, 0, [None]]}}, "not a list of numbers"),
+    ({"workspace_modifications": {"8": [0]}}, "unreadable serialized plan (IndexError"),
     ({"variant_pack_replacements": [[5, [6, 16]]]}, "pointer replacements"),
     ({"cudnn_backend_data": None}, "no cuDNN backend plan"),
 ])

@@ -315,8 +315,8 @@ def register(direction: str, args: tuple, info: dict) -> None:
             ext.register_backward(dout, q, k, v, out, lse, bias, list(extra), spec, bool(need_dbias), *pack,
                                   info["grad_strides"], info["need_dbias"], info["bias_shape"], info["bias_copy"],
                                   info["guard_lse"])
-    except RuntimeError as e:
-        _decline(direction, str(e))
+    except Exception as e:  # noqa: BLE001 - a runner C++ refuses stays with Python; the call itself goes on
+        _decline(direction, f"{type(e).__name__}: {e}")
 
 
 #: why signatures stayed with Python ("forward: <reason>" -> how many)

@@ -134,6 +134,13 @@ def _pbv_bytes(entry: dict) -> bytes:
 def variant_pack(blob: bytes) -> "VariantPack | str":
     """The slots of a serialized plan's variant pack, or why the native runner cannot fill them."""
     try:
+        return _variant_pack(blob)
+    except Exception as e:  # noqa: BLE001 - a plan the reader does not understand stays with Python, never fails a call
+        return f"unreadable serialized plan ({type(e).__name__}: {e})"
+
+
+def _variant_pack(blob: bytes) -> "VariantPack | str":
+    try:
         j = decode(blob)
     except (ValueError, IndexError, struct.error, UnicodeDecodeError) as e:
         return f"unreadable serialized plan ({e})"
@@ -152,10 +159,14 @@ def variant_pack(blob: bytes) -> "VariantPack | str":
         if u in ws:
             op, offset, data = int(ws[u][0]), int(ws[u][1]), list(ws[u][2] or [])
             if op == 0:  # float32 values (bit patterns of int32 data too): bytes exactly as the frontend copies them
-                if any(x != x for x in data):
+                try:  # numbers; a high-precision number arrives as its decimal text
+                    values = [float(x) for x in data]
+                except (TypeError, ValueError):
+                    return "the plan's workspace data is not a list of numbers"
+                if any(x != x for x in values):
                     return "the plan's workspace data holds a NaN bit pattern, which its serialized form may not keep"
                 kinds.append(DATA)
-                payloads.append(struct.pack(f"<{len(data)}f", *data))
+                payloads.append(struct.pack(f"<{len(values)}f", *values))
             elif op == 1:
                 kinds.append(ZEROED)
                 payloads.append(struct.pack("<q", int(data[0])))
