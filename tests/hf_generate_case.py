@@ -1,14 +1,17 @@
 """One Hugging Face generation run for tests/test_cuda_generate.py, in its own process (a crash must not take
 the test session down): greedy ``generate`` with a static cache, ``model.forward`` compiled with plain
-torch.compile or te_compile. Prints one JSON line: {"ok", "agree", "error"}.
+torch.compile or te_compile (``te_compile-always``: with serve="always"). Prints one JSON line: {"ok", "agree",
+"error", "decisions"}; ``decisions``: for te_compile, each attention site's [runs_on, reason category] as its graphs
+were compiled.
 
-    python3 tests/hf_generate_case.py {plain|te_compile} {sdpa|flex_attention} {default|reduce-overhead|reduce-overhead-called}
+    python3 tests/hf_generate_case.py {plain|te_compile|te_compile-always} {sdpa|flex_attention} {default|reduce-overhead|reduce-overhead-called}
 
 ``reduce-overhead-called``: the compiled forward is called from a plain Python function (as a user's wrapper
 would). On torch 2.11 that is the setup in which plain torch.compile dies with a segfault (an overwritten
 CUDA-graph output reaches Inductor's static launcher) rather than raising; te_compile must raise.
 """
 
+import contextlib
 import faulthandler
 import json
 import sys
@@ -33,8 +36,9 @@ def main(which: str, impl: str, mode: str) -> None:
     model.generation_config.disable_compile = True
     ref = model.generate(ids, **kw)
     compile_kw = {} if mode == "default" else {"mode": mode.replace("-called", "")}
-    if which == "te_compile":
-        compile_kw["backend"] = "te_compile"
+    if which.startswith("te_compile"):
+        import te_compile
+        compile_kw["backend"] = te_compile.backend(serve="always") if which == "te_compile-always" else "te_compile"
     compiled = torch.compile(model.forward, **compile_kw)
     if mode.endswith("-called"):
         def forward(*args, **kwargs):
@@ -42,13 +46,23 @@ def main(which: str, impl: str, mode: str) -> None:
         model.forward = forward
     else:
         model.forward = compiled
-    res = {"ok": False, "agree": None, "error": None}
-    try:
-        out = model.generate(ids, **kw)
-        res["ok"] = True
-        res["agree"] = (out[:, 16:] == ref[:, 16:]).float().mean().item()
-    except Exception as e:  # noqa: BLE001 - the test compares this with plain torch.compile's
-        res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    res = {"ok": False, "agree": None, "error": None, "decisions": []}
+    graphs: list = []
+    if which.startswith("te_compile"):  # (the plain runs do not import te_compile)
+        from te_compile.report import record_reports
+        recording = record_reports()
+    else:
+        recording = contextlib.nullcontext(graphs)
+    with recording as graphs:
+        try:
+            out = model.generate(ids, **kw)
+            res["ok"] = True
+            res["agree"] = (out[:, 16:] == ref[:, 16:]).float().mean().item()
+        except Exception as e:  # noqa: BLE001 - the test compares this with plain torch.compile's
+            res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    if graphs:
+        from te_compile.reasons import category
+        res["decisions"] = [[d.runs_on, category(d.reason) if d.reason else ""] for g in graphs for d in g.decisions]
     print(json.dumps(res), flush=True)
 
 

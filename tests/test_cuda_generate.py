@@ -1,5 +1,7 @@
 """Hugging Face generation with a static cache: te_compile handles it at least as well as plain torch.compile
 (default mode and mode="reduce-overhead", sdpa and flex_attention): the same outcome, no crash of the process.
+What te_compile served is pinned: under the default policy every site of these short steps (16 prompt tokens, then
+1) is kept by its rule; with serve="always" every site runs on cuDNN, with the same tokens as plain torch.compile.
 
 Each run is its own process (tests/hf_generate_case.py); the runs go in parallel. GPU machine:
     python3 -m pytest -q -m cuda tests/test_cuda_generate.py
@@ -21,6 +23,8 @@ pytestmark = [pytest.mark.cuda,
 
 COMBOS = [(impl, mode) for impl in ("sdpa", "flex_attention")
           for mode in ("default", "reduce-overhead", "reduce-overhead-called")]
+#: the modes the serve="always" runs cover (the "-called" setup is about a dead process, not about serving)
+ALWAYS_MODES = ("default", "reduce-overhead")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -28,7 +32,7 @@ def _run(which: str, impl: str, mode: str) -> dict:
     p = subprocess.run([sys.executable, os.path.join(HERE, "hf_generate_case.py"), which, impl, mode],
                        capture_output=True, text=True, timeout=900)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-    res = json.loads(lines[-1]) if lines else {"ok": False, "agree": None, "error": None}
+    res = json.loads(lines[-1]) if lines else {"ok": False, "agree": None, "error": None, "decisions": []}
     res["returncode"], res["stderr"] = p.returncode, p.stderr[-3000:]
     return res
 
@@ -37,6 +41,7 @@ def _run(which: str, impl: str, mode: str) -> dict:
 def results() -> dict:
     pytest.importorskip("transformers")
     jobs = [(w, i, m) for i, m in COMBOS for w in ("plain", "te_compile")]
+    jobs += [("te_compile-always", i, m) for i, m in COMBOS if m in ALWAYS_MODES]
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
         return dict(zip(jobs, pool.map(lambda j: _run(*j), jobs)))
 
@@ -56,3 +61,15 @@ def test_generate_static_cache_as_plain_torch_compile(results, impl, mode):
         assert te["ok"] or te["error"].split(":")[0] == plain["error"].split(":")[0], (te["error"], plain["error"])
     else:  # plain torch.compile's process died: te_compile generates or raises torch's error for the case
         assert te["ok"] or "overwritten by a subsequent run" in te["error"], te["error"]
+    # the rule for each site's class keeps these short steps (tests/test_rules.py checks the rules)
+    assert te["decisions"] and all(d == ["kept", "slower"] for d in te["decisions"]), te["decisions"]
+
+
+@pytest.mark.parametrize("impl,mode", [c for c in COMBOS if c[1] in ALWAYS_MODES])
+def test_generate_static_cache_with_every_site_on_cudnn(results, impl, mode):
+    plain, te = results[("plain", impl, mode)], results[("te_compile-always", impl, mode)]
+    assert te["returncode"] == 0, f"te_compile's process died (return code {te['returncode']}):\n{te['stderr']}"
+    assert te["decisions"] and all(d[0] == "cudnn" for d in te["decisions"]), te["decisions"]
+    assert te["ok"], te["error"]
+    if plain["ok"]:
+        assert te["agree"] >= plain["agree"] - 0.1, (te["agree"], plain["agree"])
