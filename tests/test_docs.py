@@ -212,7 +212,7 @@ _CODE_HISTORY = re.compile(r"""
 
 
 def test_code_names_no_issues_or_work_history():
-    files = [p for d in ("te_compile", "bench", "tests") for p in glob.glob(os.path.join(ROOT, d, "**", "*.py"),
+    files = [p for d in ("te_compile", "bench", "tests", "tools") for p in glob.glob(os.path.join(ROOT, d, "**", "*.py"),
                                                                       recursive=True)]
     bad = [f"{os.path.relpath(p, ROOT)}:{i}: {line.strip()[:120]}" for p in sorted(files)
            if os.sep + "probes" + os.sep not in p
