@@ -11,7 +11,9 @@ torch.compile, every row it keeps did not, or its kernels were no faster.
 Under CUDA graphs (mode="reduce-overhead") a replay issues no per-call host work, so the kernel ratio alone
 decides: a class serves at any length where its kernels are faster.
 
-The measurements are sm90 (H100 and H200) with cuDNN 9.19 and 9.27, training steps. ``te-compile tune`` /
+The measurements are sm90 (H100 and H200) with cuDNN 9.19 and 9.27, training steps; a forward without gradients
+follows the same rule unless its class has a forward-only threshold read from forward-only sweeps
+(``infer_min_tokens``). ``te-compile tune`` /
 ``mode="max-autotune"`` / ``te_compile.tune`` measure a site on the running machine instead
 (te_compile.tuning); ``te_compile.backend(serve="always")`` serves every site cuDNN can serve.
 """
@@ -26,21 +28,31 @@ from .reasons import SLOWER, Reason
 from .spec import AttentionSpec
 
 #: the architecture and cuDNN versions the rules were measured on
-MEASURED_ON = "sm90 (H100, H200), cuDNN 9.19 and 9.27, training steps"
+MEASURED_ON = "sm90 (H100, H200), cuDNN 9.19 and 9.27, training steps and forward-only steps"
 
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """Serve a class from ``min_tokens`` query tokens on (None: keep it), ``graphs_min_tokens`` under CUDA graphs
-    (None: keep it there too). ``kernel_ratio``: torch.compile's kernel time over te_compile's in the cited rows
-    (the range), ``why``: one sentence for the report. ``cites``: the sweep files (docs/data) and case names the
-    rule was read from."""
+    (None: keep it there too). ``why``: one sentence for the report. ``cites``: the sweep files (docs/data) and case
+    names the rule was read from. ``infer_min_tokens`` / ``infer_cites``: a threshold of its own for a forward
+    without gradients, and the forward-only sweeps it was read from (absent: the training threshold decides)."""
 
     min_tokens: Optional[int]
     graphs_min_tokens: Optional[int]
     why: str
     cites: tuple = ()
+    infer_min_tokens: Optional[int] = None
+    infer_cites: tuple = ()
 
+    def threshold(self, needs_grad: bool, cuda_graphs: bool) -> Optional[int]:
+        if cuda_graphs:
+            return self.graphs_min_tokens
+        return self.infer_min_tokens if not needs_grad and self.infer_cites else self.min_tokens
+
+
+#: forward-only sweeps on the native call path
+_INFER = ("sweep-flex-infer-h200-919-2026-11-28.json",)
 
 _TUNED = ("tuned-flex-h100-919-2026-11-27-1x16x16384x128.json", "tuned-flex-h100-919-2026-11-27-1x32x8192x128x8.json",
           "tuned-flex-h200-919-2026-11-27.json", "tuned-flex-h200-927-2026-11-27.json",
@@ -61,8 +73,10 @@ RULES: dict[str, Rule] = {
     "flex native band": Rule(4096, 512, "a causal band on cuDNN's diagonal band: kernels 1.09-1.43x; steps 1.27-1.40x "
                              "from 4096 tokens, 0.59-0.86x at 512-1024", ((_TUNED, ("flex causal",)),)),
     "flex narrow band": Rule(8192, 512, "a band narrower than causal (a sliding window): kernels 1.07-1.32x, but "
-                             "the kernels are short: steps 1.12-1.31x from 8192 tokens, 0.50-0.78x at 512-4096",
-                             ((_TUNED, ("flex sliding <=", "flex sliding <")),)),
+                             "the kernels are short: training steps 1.12-1.31x from 8192 tokens, 0.50-0.78x at "
+                             "512-4096; forward-only steps 1.43-1.55x at 4096",
+                             ((_TUNED, ("flex sliding <=", "flex sliding <")),),
+                             infer_min_tokens=4096, infer_cites=((_INFER, ("flex sliding <=", "flex sliding <")),)),
     "flex score_mod": Rule(4096, 512, "a non-linear score_mod (softcap): kernels 1.87-2.55x; steps 1.88-2.37x from "
                            "4096 tokens, 0.64-1.17x at 512-1024",
                            ((_TUNED, ("flex softcap", "flex softcap + causal")),)),
@@ -126,8 +140,9 @@ def decide(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: boo
     H, L, S = shape
     cls = site_class(spec, bias is not None, need_dbias, L, S, H)
     rule = RULES[cls]
-    need = rule.graphs_min_tokens if cuda_graphs else rule.min_tokens
-    where = " under CUDA graphs" if cuda_graphs else ""
+    need = rule.threshold(needs_grad, cuda_graphs)
+    where = (" under CUDA graphs" if cuda_graphs
+             else " for a forward without gradients" if not needs_grad and rule.infer_cites else "")
     if need is not None and L >= need:
         return True, f"served by the rule for {cls}{where} (from {need} tokens): {rule.why}"
     if need is None:

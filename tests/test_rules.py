@@ -24,7 +24,9 @@ DATA = pathlib.Path(__file__).resolve().parent.parent / "docs" / "data"
 
 def _measured(files, cases):
     """(file, case, query tokens, step ratio, kernel ratio or None) of every cited row whose te_compile column
-    ran on cuDNN: torch.compile's time over te_compile's (> 1: te_compile faster)."""
+    ran on cuDNN: torch.compile's time over te_compile's (> 1: te_compile faster). The step ratio is the loop
+    throughput's (a loop of steps between two events, what a training loop sees; the per-step events leave out a
+    host-bound step's host time after its last launch) where the row has it, else the per-step median's."""
     out = []
     for f in ([files] if isinstance(files, str) else files):
         d = json.loads((DATA / f).read_text())
@@ -36,11 +38,45 @@ def _measured(files, cases):
                 continue
             tc = r["torch.compile"]
             kernel = tc["kernel_ms"] / te["kernel_ms"] if te.get("kernel_ms") and tc.get("kernel_ms") else None
-            out.append((f, r["case"], r["shape"][2], tc["ms"] / te["ms"], kernel))
+            step = (tc["loop_ms"] / te["loop_ms"]) if te.get("loop_ms") and tc.get("loop_ms") else tc["ms"] / te["ms"]
+            out.append((f, r["case"], r["shape"][2], step, kernel))
     return out
 
 
 CITED = [(cls, r) for cls, r in rules.RULES.items() if r.cites]
+INFER_CITED = [(cls, r) for cls, r in rules.RULES.items() if r.infer_cites]
+
+
+@pytest.mark.parametrize("cls, rule", INFER_CITED, ids=[c for c, _ in INFER_CITED])
+def test_each_forward_only_threshold_agrees_with_the_rows_it_cites(cls, rule):
+    """A forward-only threshold serves only where every cited forward-only row measured te_compile at least as fast,
+    and keeps no row that measured it faster (beyond the A/A noise) with faster kernels."""
+    rows = [m for files, cases in rule.infer_cites for m in _measured(files, cases)]
+    assert rows, f"{cls}: the cited rows are not in docs/data"
+    wrong = []
+    for f, case, L, step, kernel in rows:
+        served = rule.infer_min_tokens is not None and L >= rule.infer_min_tokens
+        if served and step < 1.0:
+            wrong.append(f"{f} {case} L={L}: step {step:.2f}x, the forward-only rule serves")
+        if not served and step >= 1.03 and not (kernel is not None and kernel < 1.05):
+            wrong.append(f"{f} {case} L={L}: step {step:.2f}x, the forward-only rule keeps")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_a_forward_without_gradients_follows_its_own_threshold():
+    """A sliding window at 4096 tokens: kept for a training step (its rule serves from 8192), served for a forward
+    without gradients (forward-only sweeps: 1.43-1.55x at 4096)."""
+    spec = AttentionSpec(source="flex", scale=0.1, mask_mod="(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 1024))")
+    t = _t(2, 16, 4096, 128)
+    assert "rule for flex narrow band: 4096 tokens, served from 8192" in rules.slower_reason(t, t, t, None, spec, True,
+                                                                                               False)
+    assert rules.slower_reason(t, t, t, None, spec, False, False) is None
+    assert rules.served_note(t, t, t, None, spec, False, False).startswith(
+        "served by the rule for flex narrow band for a forward without gradients (from 4096 tokens)")
+    narrow = AttentionSpec(source="flex", scale=0.1, mask_mod="(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 256))")
+    small = _t(2, 16, 1024, 128)
+    assert "for a forward without gradients: 1024 tokens, served from 4096" in rules.slower_reason(
+        small, small, small, None, narrow, False, False)
 
 
 @pytest.mark.parametrize("cls, rule", CITED, ids=[c for c, _ in CITED])
