@@ -155,6 +155,17 @@ def render_host_time(link_prefix: str) -> str:
     out += _grid(data["rows"], HOST_ROWS, ("te op", "aten"))
     out += ["", "A compiled flex forward call (no grad; te_compile with `serve=\"always\"`):", ""]
     out += _grid(data["rows"], COMPILED_ROWS, "compiled")
+    cell = {(r["call"], tuple(r["shape"]), r["variant"]): r["host_us"] for r in data["rows"]}
+    ops = [(shape, variant) for (call, shape, variant) in cell if call == "te op fwd (native)"]
+    op_wins = sum(cell[(f"te op {d} (native)", *c)] < cell[(f"aten cuDNN SDPA {d}", *c)] for c in ops for d in ("fwd", "bwd"))
+    calls = [(shape, variant) for (call, shape, variant) in cell if call == "compiled flex fwd (te_compile)"]
+    losses = [(c, cell[("compiled flex fwd (te_compile)", *c)], cell[("compiled flex fwd (Inductor)", *c)]) for c in calls
+              if cell[("compiled flex fwd (te_compile)", *c)] > cell[("compiled flex fwd (Inductor)", *c)]]
+    lost = "; ".join(f"{'x'.join(map(str, shape))} {variant}: {te:.1f} against {ind:.1f}"
+                     for (shape, variant), te, ind in losses)
+    out += ["", f"With replays the te op costs less host time than aten's cuDNN SDPA op in {op_wins} of {2 * len(ops)} "
+                f"calls (forward and backward). A compiled te_compile call costs less than Inductor's in "
+                f"{len(calls) - len(losses)} of {len(calls)} rows" + (f"; more in {lost}." if losses else ".")]
     return "\n".join(out)
 
 
