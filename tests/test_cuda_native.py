@@ -63,10 +63,10 @@ CASES = {
     "flex_empty_rows": (lambda: _flex(None, lambda b, h, q, kv: (kv % 2 == 0) & (q >= 70), L=129), H, "both"),
     "flex_alibi_causal": (lambda: (lambda sl: _flex(lambda s, b, h, q, kv: s + sl[h] * (kv - q), _causal, L=512))(
         _slopes()), H, "both"),
-    # the ALiBi cuDNN computes itself: the frontend copies its slopes into the workspace before each execute,
-    # which the native runner does not do, so the signature stays with Python
+    # the ALiBi cuDNN computes itself: the frontend copies its slopes into the workspace before each execute; the
+    # native runner keeps them in a device buffer of its own
     "flex_native_alibi_causal": (lambda: _flex(lambda s, b, h, q, kv: s + torch.exp2(-((h + 1) * 8.0 / H)) * (kv - q),
-                                               _causal, L=512), H, "none"),
+                                               _causal, L=512), H, "both"),
     "flex_head_scale": (lambda: (lambda sc: _flex(lambda s, b, h, q, kv: s * sc[h], L=256))(
         torch.linspace(0.5, 1.5, H, device="cuda")), H, "both"),
     "flex_gqa_causal": (lambda: _flex(None, _causal, L=384, gqa=True), 2, "both"),

@@ -143,10 +143,22 @@ def test_the_variant_pack_of_a_serialized_plan():
     assert dict(zip(vp.uids, vp.offsets))[8] == 65536
 
 
+def test_workspace_data_and_zeroed_regions_become_slots():
+    """ALiBi's slopes (operation 0: copied into the workspace before each execute) become data the runner keeps;
+    a region the frontend zeroes (operation 1) keeps its offset and byte count."""
+    vp = plan_blob.variant_pack(_blob(workspace_modifications={"8": [0, 256, ["3F000000", 0.25]], "10": [1, 512, [64.0]],
+                                                               "11": [2, 1024, []]}))
+    slots = {u: (k, p, o) for u, k, p, o in zip(vp.uids, vp.kinds, vp.payloads, vp.offsets)}
+    assert slots[8] == (plan_blob.DATA, struct.pack("<2f", 0.5, 0.25), 256)
+    assert slots[10] == (plan_blob.ZEROED, struct.pack("<q", 64), 512)
+    assert slots[11] == (plan_blob.WORKSPACE, b"", 1024)
+
+
 @pytest.mark.parametrize("over,why", [
-    ({"workspace_modifications": {"8": [1, 0, [64.0]]}}, "fill its workspace"),
-    ({"workspace_modifications": {"8": [0, 0, ["3F3504F3", "3F000000"]]}}, "fill its workspace"),
-    ({"workspace_modifications": {"8": ["x"]}}, "unreadable serialized plan (ValueError"),
+    ({"workspace_modifications": {"8": [7, 0, [64.0]]}}, "workspace operation te_compile does not know (operation 7)"),
+    ({"workspace_modifications": {"8": [0, 0, [float("nan")]]}}, "NaN bit pattern"),
+    ({"workspace_modifications": {"8": [0, 0, [None]]}}, "not a list of float32 values"),
+    ({"workspace_modifications": {"8": [0]}}, "unreadable serialized plan (IndexError"),
     ({"variant_pack_replacements": [[5, [6, 16]]]}, "pointer replacements"),
     ({"cudnn_backend_data": None}, "no cuDNN backend plan"),
 ])

@@ -5,7 +5,7 @@
 constants it embedded (``pass_by_values``: an attention scale, a -inf fill), the tensors it keeps in its part of
 the workspace (``workspace_modifications``, at the front of the workspace: ``fe_workspace_size`` bytes; each is
 an operation, an offset and data: 0 copies host data there before each execute (ALiBi's slopes), 1 zeroes that
-many bytes there, 2 only places the tensor; the native runner fills only 2) and pointer arithmetic between slots (``variant_pack_replacements``). ``variant_pack`` turns that into the slots
+many bytes there, 2 only places the tensor) and pointer arithmetic between slots (``variant_pack_replacements``). ``variant_pack`` turns that into the slots
 the native runner fills on every call, or says why it cannot (then Python keeps the signature).
 """
 
@@ -99,16 +99,20 @@ def decode(data: bytes) -> Any:
 #: bfloat16) -> how the value is packed for the backend
 _PBV = {0: "<q", 1: "<i", 2: "<e", 3: "<f", 4: "<d"}
 
-OPERAND, HOST, WORKSPACE = 0, 1, 2
+#: slot kinds: the call's tensor or te_compile's constant; a constant embedded by the frontend (host bytes); a
+#: place in the workspace; data the frontend copies into the workspace before each execute (the native runner
+#: keeps it in a device buffer of its own, uploaded once: the plan only reads it); a place in the workspace that
+#: is zeroed before each execute (payload: the byte count)
+OPERAND, HOST, WORKSPACE, DATA, ZEROED = 0, 1, 2, 3, 4
 
 
 @dataclasses.dataclass(frozen=True)
 class VariantPack:
     plan_json: str  # the cuDNN backend's JSON of the execution plan
     uids: tuple[int, ...]
-    kinds: tuple[int, ...]  # OPERAND (the call's tensor or te_compile's constant), HOST (embedded), WORKSPACE
-    payloads: tuple[bytes, ...]  # HOST: the constant's bytes
-    offsets: tuple[int, ...]  # WORKSPACE: byte offset into the frontend's part of the workspace
+    kinds: tuple[int, ...]  # OPERAND, HOST, WORKSPACE, DATA or ZEROED
+    payloads: tuple[bytes, ...]  # HOST: the constant's bytes; DATA: the data's bytes; ZEROED: the byte count (int64)
+    offsets: tuple[int, ...]  # WORKSPACE, ZEROED: byte offset into the frontend's part of the workspace
     fe_workspace: int  # bytes of the workspace the frontend keeps before the engine's
 
 
@@ -146,16 +150,31 @@ def _variant_pack(blob: bytes) -> "VariantPack | str":
         return "the plan's variant pack has pointer replacements"
     pbv = {int(k): v for k, v in (j.get("pass_by_values") or {}).items()}
     ws = {int(k): v for k, v in (j.get("workspace_modifications") or {}).items()}
-    if any(int(v[0]) != 2 for v in ws.values()):
-        # a copy of host data (cuDNN's own ALiBi slopes, as float32 bits in hex) or a memset before each execute
-        return "the plan needs the frontend to fill its workspace before each execute"
+    unknown = sorted({int(v[0]) for v in ws.values()} - {0, 1, 2})
+    if unknown:
+        return f"the plan needs a workspace operation te_compile does not know (operation {unknown[0]})"
     uids = sorted(set(int(u) for u in j.get("variant_pack_uids", [])) | set(pbv) | set(ws))
     kinds, payloads, offsets = [], [], []
     for u in uids:
         if u in ws:
-            kinds.append(WORKSPACE)
-            payloads.append(b"")
-            offsets.append(int(ws[u][1]))
+            op, offset, data = int(ws[u][0]), int(ws[u][1]), list(ws[u][2] or [])
+            if op == 0:  # float32 values (bit patterns of int32 data too): bytes exactly as the frontend copies them
+                try:  # each value as its float32 bits in hex (cuDNN frontend 1.32), or a number
+                    raw = b"".join(struct.pack("<I", int(x, 16)) if isinstance(x, str) else struct.pack("<f", x)
+                                   for x in data)
+                except (TypeError, ValueError, struct.error):
+                    return "the plan's workspace data is not a list of float32 values"
+                if any(isinstance(x, float) and x != x for x in data):
+                    return "the plan's workspace data holds a NaN bit pattern, which its serialized form may not keep"
+                kinds.append(DATA)
+                payloads.append(raw)
+            elif op == 1:
+                kinds.append(ZEROED)
+                payloads.append(struct.pack("<q", int(data[0])))
+            else:
+                kinds.append(WORKSPACE)
+                payloads.append(b"")
+            offsets.append(offset)
         elif u in pbv:
             try:
                 payloads.append(_pbv_bytes(pbv[u]))

@@ -139,9 +139,9 @@ struct PtrsHash {
 
 // One slot of a plan's variant pack: an operand of the call (by uid), a constant, or a place in the workspace.
 struct Slot {
-    enum Kind { OPERAND, HOST, WORKSPACE } kind;
+    enum Kind { OPERAND, HOST, WORKSPACE, DATA } kind;
     int64_t uid;
-    int64_t offset;  // HOST: index into Runner::host; WORKSPACE: byte offset
+    int64_t offset;  // HOST: index into Runner::host; WORKSPACE: byte offset; DATA: index into Runner::data
 };
 
 struct Runner {
@@ -151,6 +151,8 @@ struct Runner {
     std::vector<int64_t> uids;
     std::vector<Slot> slots;
     std::vector<std::array<uint8_t, 8>> host;  // pass-by-value constants, as the plan reads them
+    std::vector<Tensor> data;                   // device copies of the data the frontend would copy per execute
+    std::vector<std::pair<int64_t, int64_t>> zeroed;  // workspace (offset, bytes) zeroed before each execute
     int64_t n_inputs = 0;
     // forward
     std::vector<int64_t> out_shape, out_stride, lse_shape;
@@ -240,6 +242,7 @@ struct Cuda {
     decltype(&::cudaGraphDestroy) graph_destroy = nullptr;
     decltype(&::cudaGraphExecDestroy) exec_destroy = nullptr;
     decltype(&::cudaGetLastError) last_error = nullptr;
+    decltype(&::cudaMemsetAsync) memset = nullptr;  // required by runners with zeroed regions
     bool ok() const {
         return is_capturing && stream_create && begin_capture && end_capture && instantiate && launch &&
                graph_destroy && exec_destroy && last_error;
@@ -317,8 +320,18 @@ cudaStream_t side_stream(c10::DeviceIndex device) {
     return streams[device] = s;
 }
 
+// Zeroes the workspace regions the plan expects zeroed (the frontend's operation 1) on ``stream``.
+bool zero(Runner const &r, char *base, cudaStream_t stream) {
+    for (auto const &z : r.zeroed)
+        if (cuda.memset(base + z.first, 0, static_cast<size_t>(z.second), stream) != cudaSuccess) {
+            cuda.last_error();
+            return false;
+        }
+    return true;
+}
+
 // Captures ``pack``'s execute into a CUDA graph on a side stream (nothing runs); null if cuDNN or CUDA refuse.
-cudaGraphExec_t capture(Runner const &r, cudnnBackendDescriptor_t pack, c10::DeviceIndex device) {
+cudaGraphExec_t capture(Runner const &r, cudnnBackendDescriptor_t pack, char *base, c10::DeviceIndex device) {
     cudaStream_t side = side_stream(device);
     if (side == nullptr) return nullptr;
     cudnnHandle_t h = handle_for(device, side);
@@ -326,7 +339,7 @@ cudaGraphExec_t capture(Runner const &r, cudnnBackendDescriptor_t pack, c10::Dev
         cuda.last_error();
         return nullptr;
     }
-    bool ran = api.execute(h, r.plan, pack) == CUDNN_STATUS_SUCCESS;
+    bool ran = zero(r, base, side) && api.execute(h, r.plan, pack) == CUDNN_STATUS_SUCCESS;
     cudaGraph_t graph = nullptr;
     bool ended = cuda.end_capture(side, &graph) == cudaSuccess && graph != nullptr;
     cudaGraphExec_t exec = nullptr;
@@ -400,6 +413,7 @@ bool execute(Runner &r, Tensor const &like, Tensor const *const *small, at::Tens
         Slot const &s = r.slots[i];
         if (s.kind == Slot::OPERAND) ptrs[i] = operand_pointer(r, s.uid, small, inputs);
         else if (s.kind == Slot::HOST) ptrs[i] = const_cast<uint8_t *>(r.host[s.offset].data());
+        else if (s.kind == Slot::DATA) ptrs[i] = r.data[s.offset].data_ptr();
         else ptrs[i] = base + s.offset;
         if (ptrs[i] == nullptr) return false;
     }
@@ -425,7 +439,7 @@ bool execute(Runner &r, Tensor const &like, Tensor const *const *small, at::Tens
                   CUDNN_STATUS_SUCCESS &&
               api.finalize(pack) == CUDNN_STATUS_SUCCESS;
     if (ok && how == Replay::CAPTURE) {
-        cudaGraphExec_t exec = capture(r, pack, device);
+        cudaGraphExec_t exec = capture(r, pack, base, device);
         if (exec != nullptr && cuda.launch(exec, stream) == cudaSuccess) {
             keep_graph(r, std::move(ptrs), exec);
             g_captures++;
@@ -436,7 +450,7 @@ bool execute(Runner &r, Tensor const &like, Tensor const *const *small, at::Tens
         if (exec != nullptr) cuda.exec_destroy(exec);
         keep_graph(r, {}, nullptr);  // this runner executes only
     }
-    ok = ok && api.execute(handle_for(device, stream), r.plan, pack) == CUDNN_STATUS_SUCCESS;
+    ok = ok && zero(r, base, stream) && api.execute(handle_for(device, stream), r.plan, pack) == CUDNN_STATUS_SUCCESS;
     api.destroy_descriptor(pack);
     return ok;
 }
@@ -630,7 +644,9 @@ void bind_cuda() {
     c.graph_destroy = reinterpret_cast<decltype(c.graph_destroy)>(cuda_symbol("cudaGraphDestroy"));
     c.exec_destroy = reinterpret_cast<decltype(c.exec_destroy)>(cuda_symbol("cudaGraphExecDestroy"));
     c.last_error = reinterpret_cast<decltype(c.last_error)>(cuda_symbol("cudaGetLastError"));
+    c.memset = reinterpret_cast<decltype(c.memset)>(cuda_symbol("cudaMemsetAsync"));
     if (c.ok()) cuda = c;
+    else cuda.memset = c.memset;
 }
 
 std::string init(std::string const &cudnn_path) {
@@ -684,8 +700,9 @@ void uninstall() {
 }
 
 // A runner for a plan the cuDNN backend serialized (its JSON), and the plan's variant pack: ``uids`` with, per
-// uid, its kind (0 operand, 1 host constant, 2 workspace) and its payload (host: the constant's bytes, at most 8;
-// workspace: the byte offset).
+// uid, its kind (te_compile.cudnn.plan_blob: 0 operand, 1 host constant, 2 workspace, 3 data, 4 zeroed workspace),
+// its payload (host: the constant's bytes, at most 8; data: its bytes; zeroed: the byte count as int64) and its
+// offset (workspace, zeroed: bytes into the frontend's part of the workspace).
 std::shared_ptr<Runner> load_runner(std::string const &plan_json, int64_t device, std::vector<int64_t> const &uids,
                                     std::vector<int64_t> const &kinds, std::vector<py::bytes> const &payloads,
                                     std::vector<int64_t> const &offsets, int64_t fe_workspace, int64_t n_inputs,
@@ -728,10 +745,26 @@ std::shared_ptr<Runner> load_runner(std::string const &plan_json, int64_t device
             std::memcpy(b.data(), bytes.data(), bytes.size());
             s = Slot{Slot::HOST, uid, static_cast<int64_t>(r->host.size())};
             r->host.push_back(b);
-        } else if (kinds[i] == 2) {
+        } else if (kinds[i] == 2 || kinds[i] == 4) {
             if (offsets[i] < 0 || offsets[i] >= std::max<int64_t>(fe_workspace, 1))
                 throw std::runtime_error("a workspace slot outside the frontend's workspace (uid " + std::to_string(uid) + ")");
             s = Slot{Slot::WORKSPACE, uid, offsets[i]};
+            if (kinds[i] == 4) {
+                std::string bytes = payloads[i];
+                int64_t n = 0;
+                if (bytes.size() != 8) throw std::runtime_error("a zeroed workspace slot without its size");
+                std::memcpy(&n, bytes.data(), 8);
+                if (n < 0 || offsets[i] + n > fe_workspace)
+                    throw std::runtime_error("a zeroed workspace region outside the frontend's workspace");
+                if (cuda.memset == nullptr) throw std::runtime_error("cudaMemsetAsync not found in this process");
+                r->zeroed.emplace_back(offsets[i], n);
+            }
+        } else if (kinds[i] == 3) {
+            std::string bytes = payloads[i];
+            Tensor host = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+            std::memcpy(host.data_ptr(), bytes.data(), bytes.size());
+            s = Slot{Slot::DATA, uid, static_cast<int64_t>(r->data.size())};
+            r->data.push_back(host.to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device))));
         } else if (uid >= UID_CONSTS && uid - UID_CONSTS < static_cast<int64_t>(consts.size())) {
             s = Slot{Slot::HOST, uid, uid - UID_CONSTS};
         } else {
