@@ -94,22 +94,21 @@ def _time(fn, iters: int) -> float:
 
 def _tune(model, ids, extra) -> dict:
     """te_compile.tune the model for training and for inference (fills the measurement cache, so the te_compile
-    column's default policy decides from measurements): sites measured, seconds and the whole-graph checks
-    (te_compile.tuning.graph_check: both times, and whether the rewritten graph stood) and the whole-model check
-    (te_compile.model_check), per mode."""
+    column's default policy decides from measurements): per mode, the graph measurements (te_compile.tuning.graph_ab:
+    each class's times with it on cuDNN and on torch.compile, and whether it was served), the seconds, and the
+    whole-model check (te_compile.model_check)."""
     import time
 
     import te_compile
-    from te_compile.tuning.graph_check import checked_log
     from te_compile.model_check import model_log
     out = {}
     for mode, grad in (("train", True), ("infer", False)):
-        t0, n, nm = time.perf_counter(), len(checked_log), len(model_log)
+        t0, nm = time.perf_counter(), len(model_log)
         with torch.set_grad_enabled(grad):
             _, made = te_compile.tune(model, echo=lambda line: print(line, flush=True), **_inputs(ids, extra, grad))
-        whole = [{k: c[k] for k in ("te_ms", "tc_ms", "served")} for c in checked_log[n:]]  # whole-graph checks
+        graphs = [{k: c[k] for k in ("class", "te_ms", "tc_ms", "served")} for c in made]
         models = [{k: c[k] for k in ("te_ms", "tc_ms", "served")} for c in model_log[nm:]]  # the whole-model check
-        out[mode] = {"measured": len(made), "seconds": time.perf_counter() - t0, "graphs_timed_whole": whole,
+        out[mode] = {"measured": len(made), "seconds": time.perf_counter() - t0, "graphs_measured": graphs,
                      "model_timed_whole": models}
         torch._dynamo.reset()
     return out

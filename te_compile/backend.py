@@ -24,9 +24,8 @@ from .passes.find import example_value
 from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
 from . import stale_outputs, tuning, user_warnings
-from .tuning import graph_check
-from .tuning import graph_work
-from .fxcopy import copy_graph
+from .tuning import graph_ab
+from .fxcopy import copy_graph, copy_module
 from .report import GraphReport, Report, record
 
 log = logging.getLogger("te_compile")
@@ -199,8 +198,7 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
                                                                                                inductor_config)
     checker = _checker(options.target, options.serve, graphs_on)
     with tuning.measuring(tuning.is_measuring() or _autotunes(mode, inductor_options)):
-        decisions = _rewrite(gm, original, options, checker)
-        decisions = _check_whole_graph(gm, original, example_inputs, decisions, options, checker, graphs_on)
+        decisions = _decide(gm, original, example_inputs, options, checker, graphs_on)
     guard_stale = graphs_on and options.inner == "inductor" and _is_cuda_graph(example_inputs)
     if guard_stale:  # an overwritten CUDA-graph output must raise, not crash (te_compile/stale_outputs.py)
         inductor_config = stale_outputs.without_static_launcher(inductor_config)
@@ -216,21 +214,31 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     return stale_outputs.raising_on_overwritten(compiled) if guard_stale else compiled
 
 
-def _check_whole_graph(gm: GraphModule, original: torch.fx.Graph, example_inputs: list[Any], decisions: list,
-                       options: Options, checker: Any, graphs_on: bool) -> list:
-    """Sites served because they measured faster alone stay served only if the whole graph measured faster with
-    them (te_compile.tuning.graph_check); else the graph is rewritten again with every site kept, with the reason."""
-    if options.serve != "fastest" or checker is None:
+def _decide(gm: GraphModule, original: torch.fx.Graph, example_inputs: list[Any], options: Options, checker: Any,
+            graphs_on: bool) -> list:
+    """Rewrite ``gm``; under serve="fastest" each class of sites cuDNN can serve is decided by a measurement of this
+    graph in the cache, or made now when measuring (te_compile.tuning.graph_ab), else by its rule."""
+    if options.serve != "fastest" or checker is None or not _is_cuda_graph(example_inputs):
+        return _rewrite(gm, original, options, checker)
+    scope = tuning.GraphScope(graph_ab.keyer(gm, original, example_inputs, graphs_on, tuning.platform()))
+    with tuning.graph(scope):
+        decisions = _rewrite(gm, original, options, checker)
+    if not (scope.key and scope.classes and tuning.is_measuring()):
         return decisions
-    measured = sum(d.runs_on == "cudnn" and tuning.served_note(d.spec, example_value(d.site.q)).startswith(
-        "served: measured") for d in decisions)
-    why = graph_check.verdict(gm, original, example_inputs, measured, len(decisions), graphs_on,
-                              tuning.is_measuring(), tuning.platform(), echo=tuning.progress_echo())
-    if why is None:
+
+    def variant(force: dict) -> GraphModule:
+        g = copy_module(gm, original)
+        with tuning.graph(tuning.GraphScope(scope.key)), tuning.forcing(force):
+            _rewrite(g, copy_graph(original), options, checker)
+        return g
+
+    if graph_ab.measure_classes(variant, example_inputs, sorted(scope.classes), scope.key,
+                                echo=tuning.progress_echo()) == 0:
         return decisions
     gm.graph = copy_graph(original)
     gm.recompile()
-    return _rewrite(gm, copy_graph(original), options, lambda *args: checker(*args) or why)
+    with tuning.graph(scope):
+        return _rewrite(gm, copy_graph(original), options, checker)
 
 
 def _replaying(compiled: Callable, report: GraphReport) -> Callable:
@@ -246,7 +254,7 @@ def _replaying(compiled: Callable, report: GraphReport) -> Callable:
 
 def _autotunes(mode: Optional[str], inductor_options: Optional[dict]) -> bool:
     """torch.compile's max-autotune modes, ``options={"max_autotune": True}`` and Inductor's own switch
-    (``torch._inductor.config.max_autotune``, ``TORCHINDUCTOR_MAX_AUTOTUNE=1``) measure candidates at compile time;
+    (``torch._inductor.config.max_autotune``, ``TORCHINDUCTOR_MAX_AUTOTUNE=1``) measure at compile time;
     te_compile measures its sites then too (te_compile.tuning)."""
     import torch._inductor.config as inductor_config
     return ((mode or "").startswith("max-autotune") or bool((inductor_options or {}).get("max_autotune"))
@@ -288,8 +296,7 @@ def _compile_or_serve_kept(gm: GraphModule, example_inputs: list[Any], options: 
 def _rewrite(gm: GraphModule, original: torch.fx.Graph, options: Options, checker: Any) -> list:
     """``rewrite_graph``; a failed rewrite hands on the graph as Dynamo captured it (``original``)."""
     try:
-        with graph_work.graph(gm), deciding_for(options.for_device):  # (a measurement runs the graph's other
-            # GPU work before each timed call)
+        with deciding_for(options.for_device):
             return rewrite_graph(gm, options.target, checker, options.verify)
     except Exception as e:  # noqa: BLE001 - never break the user's model over a rewrite
         # the rewrite may have stopped half-way: hand on the graph as Dynamo captured it

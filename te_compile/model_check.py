@@ -1,23 +1,22 @@
 """The whole-model check of ``te_compile.tune``: is the model, as the user calls it, faster as served?
 
-The whole-graph check (``graph_check``) times each rewritten graph against the same graph with every site kept,
+A measurement (``tuning.graph_ab``) times a graph with a class of its sites on cuDNN against it with them kept,
 but it calls Inductor's compiled graph directly: the host time the model spends outside its graphs (Dynamo's
 guards, the Python of the model's wrapper code) is not in it. Where a model's step is short, that host time
 decides: a Hugging Face model passed the graph check for inference (its graph faster served) and ran its forward
-slower as a whole (docs/cudnn-notes.md), because te_compile's op takes more host time per call
+slower as a whole (docs/cudnn-notes.md), because te_compile's op took more host time per call
 than Inductor's kernels and the step became host-bound.
 
-``tune`` has the model and its inputs, so after measuring the sites and graphs it compiles the model twice, with
-te_compile (deciding from the cache just filled) and with plain torch.compile, each with compiled entries of its
-own, and times whole calls in alternating rounds (forward; or forward and the gradients of every parameter and
-input that requires grad, when grad mode is on). The graph check has already found the served graphs faster by
-the site rule; this check looks for the opposite, a model made slower by host time: when the served model is
-slower in the median round (``stands``), every graph this tune run served because of measurements is marked kept
-in the cache, and the default policy then keeps those sites too, with a reason that names this check. A win too
-small or too noisy for the site rule leaves the graph check's verdict (the site rule here kept a long-context
-model whose served forward was clearly faster: docs/cudnn-notes.md). Graphs whose sites all stayed
-with torch.compile have nothing to check. ``mode="max-autotune"`` at compile time has no model to call, so there
-only the graph check applies.
+``tune`` has the model and its inputs, so after measuring its graphs it compiles the model twice, with te_compile
+(deciding from the cache just filled) and with plain torch.compile, each with compiled entries of its own, and
+times whole calls in alternating rounds (forward; or forward and the gradients of every parameter and input that
+requires grad, when grad mode is on). The graph measurements have already found the served classes faster; this
+check looks for the opposite, a model made slower by host time: when the served model is slower in the median
+round (``stands``), every class this tune run served because of a measurement is marked kept in the cache, and
+the default policy then keeps those sites too, with a reason that names this check. A win too small or too noisy
+for the measurement's rule leaves the graph's verdict (that rule here kept a long-context model whose served
+forward was clearly faster: docs/cudnn-notes.md). ``mode="max-autotune"`` at compile time has no model to call, so
+there only the graph measurements apply.
 """
 
 from __future__ import annotations
@@ -74,7 +73,7 @@ def measure_model(fn: Any, args: tuple, kwargs: dict, mode: Optional[str], needs
     ``compile_fn(fn, backend, mode)``: ``explain.isolated_compile`` (tests pass a fake)."""
     from .backend import backend
     from .explain import isolated_compile
-    from .tuning.graph_check import rng_restored
+    from .tuning.graph_ab import rng_restored
     compile_fn = compile_fn or isolated_compile
     t0 = time.perf_counter()
     cuda = any(t.is_cuda for t in _tensors((list(args), kwargs)))
@@ -96,7 +95,7 @@ def stands(m: Measurement) -> bool:
 def check(fn: Any, args: tuple, kwargs: dict, mode: Optional[str], served: list[dict],
           echo: Optional[Callable[[str], None]] = None, timer=None,
           compile_fn: Optional[Callable] = None) -> Optional[Measurement]:
-    """Time the whole model when ``served`` (this tune run's graph checks that left sites on cuDNN) is not empty;
+    """Time the whole model when ``served`` (this tune run's measurements that served a class on cuDNN) is not empty;
     when the served model is not faster, mark each of those graphs kept in the cache. None when nothing was timed."""
     if not served:
         return None

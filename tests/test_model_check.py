@@ -9,7 +9,9 @@ import torch.nn.functional as F
 
 from te_compile.reasons import SLOWER, category
 from te_compile import model_check
-from te_compile.tuning import cache, graph_check
+from te_compile import tuning
+from te_compile.spec import AttentionSpec
+from te_compile.tuning import cache, graph_ab
 
 PLAT = {"gpu": "NVIDIA H100 80GB HBM3", "cudnn": 91900, "torch": "2.11.0"}
 
@@ -17,7 +19,7 @@ PLAT = {"gpu": "NVIDIA H100 80GB HBM3", "cudnn": 91900, "torch": "2.11.0"}
 @pytest.fixture(autouse=True)
 def _cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
-    graph_check.checked_log.clear()
+    graph_ab.measured_log.clear()
     model_check.model_log.clear()
 
 
@@ -51,9 +53,9 @@ def _fake(te_ms, tc_ms, compiled):
 
 @pytest.mark.parametrize("te_ms, tc_ms, keep", [(1.2, 1.0, True), (1.0, 1.3, False), (1.0, 1.01, False)])
 def test_a_model_slower_as_served_marks_its_graphs_kept(te_ms, tc_ms, keep):
-    """Slower served: its graphs are marked kept. Faster, even by less than the site rule's margin: the graph
-    check's verdict stands."""
-    key = graph_check.key("g" * 32, False, PLAT)
+    """Slower served: its measured classes are marked kept. Faster, even by less than the measurement's margin: the
+    graph's verdict stands."""
+    key = graph_ab.key("g" * 32, "sdpa", True, PLAT)
     compiled, lines = [], []
     compile_fn, timer = _fake(te_ms, tc_ms, compiled)
     m = model_check.check(Model(), (torch.randn(1, 2, 8, 16),), {}, None, [{"key": key, "served": True}],
@@ -62,30 +64,19 @@ def test_a_model_slower_as_served_marks_its_graphs_kept(te_ms, tc_ms, keep):
     assert model_check.model_log[-1]["served"] is (not keep) and "whole model" in lines[0]
     entry = cache.get(key)
     if not keep:
-        assert entry is None  # the graph check's own verdict stands
+        assert entry is None  # the graph's own verdict stands
         return
     assert entry["scope"] == "model"
-    # the next compile of a graph with that entry (the default policy) keeps the graph's sites, naming the check
-    reason = _reason_from(entry)
+    # the next compile of a graph with that entry (the default policy) keeps the class's sites, naming the check
+    reason = _reason_from(key)
     assert category(reason) == SLOWER and "whole model" in reason and f"{te_ms:.3f} ms" in reason
 
 
-def graph_check_inputs():
-    got = []
-    torch._dynamo.reset()
-    torch.compile(Model(), backend=lambda gm, ex: got.append((gm, list(ex))) or gm.forward)(torch.randn(1, 2, 8, 16))
-    return got[0]
-
-
-def _reason_from(entry):
-    """The reason graph_check.verdict gives for a graph whose cache entry is ``entry``."""
-    gm, inputs = graph_check_inputs()
-    sig = graph_check.signature(gm, inputs)
-    cache.put(graph_check.key(sig, False, PLAT), entry)
-    from te_compile.fxcopy import copy_graph
-    original = copy_graph(gm.graph)
-    with torch.no_grad():
-        return graph_check.verdict(gm, original, inputs, 1, 1, False, False, PLAT)
+def _reason_from(key):
+    """The reason the default policy gives a causal SDPA site of the graph whose cache entry is at ``key``."""
+    q = torch.empty(2, 8, 4096, 128, dtype=torch.bfloat16, device="meta")
+    with tuning.graph(tuning.GraphScope(lambda cls: key)):
+        return tuning.speed_reason(q, q, q, None, AttentionSpec(mask="causal"), True, False)
 
 
 def test_nothing_is_timed_without_a_served_graph():
@@ -126,8 +117,8 @@ def test_isolated_compiles_keep_their_own_entries():
 
 @pytest.mark.parametrize("slower", [True, False])
 def test_tune_times_the_model_after_a_served_graph_and_reports_the_new_decisions(slower, monkeypatch):
-    """te_compile.tune hands the graphs its run served (the graph check's log) to the model check, and when the
-    model is slower served it reports the decisions again (now read from the cache)."""
+    """te_compile.tune hands the classes its run served (the graph measurements' log) to the model check, and when
+    the model is slower served it reports the decisions again (now read from the cache)."""
     import sys
 
     import te_compile
@@ -138,8 +129,8 @@ def test_tune_times_the_model_after_a_served_graph_and_reports_the_new_decisions
 
     def fake_explain(fn, *args, **kwargs):
         calls.append(kwargs.get("serve"))
-        if len(calls) == 1:  # the measuring compile: one graph checked and served, one checked and kept
-            graph_check.checked_log.extend([{"key": "a", "served": True}, {"key": "b", "served": False}])
+        if len(calls) == 1:  # the measuring compile: one class measured and served, one measured and kept
+            graph_ab.measured_log.extend([{"key": "a", "served": True}, {"key": "b", "served": False}])
         return Report([])
 
     def fake_check(fn, args, kwargs, mode, served, echo=None):

@@ -95,7 +95,7 @@ def test_tune_on_a_cpu_model_measures_nothing_and_says_so(tmp_path, monkeypatch)
     q = torch.randn(1, 2, 8, 4)
     report, made = tune(lambda q: F.scaled_dot_product_attention(q, q, q, is_causal=True), q, echo=lines.append)
     assert made == [] and [d.runs_on for d in report.decisions] == ["kept"]
-    assert lines[-1].startswith("te-compile tune: 0 site(s) measured") and "1 site(s) in the model, 0 on cuDNN" in lines[-1]
+    assert lines[-1].startswith("te-compile tune: 0 graph measurement(s)") and "1 site(s) in the model, 0 on cuDNN" in lines[-1]
 
 
 # --------------------------------------------------------------------------- benchmark tables

@@ -1,5 +1,5 @@
-"""Measured decisions (te_compile.tuning): the cache, the decision with a fake timer, the site key, the
-candidates (checked against each other on the CPU), measuring once and then reading the cache."""
+"""Measured decisions (te_compile.tuning): the cache, the timing rule with a fake timer, tune on a CPU model and the
+command line (the graph measurements themselves: tests/test_graph_ab.py)."""
 
 from __future__ import annotations
 
@@ -12,22 +12,15 @@ import pytest
 import torch
 
 from te_compile import tuning
-from te_compile.reasons import SLOWER, category
-from te_compile.spec import AttentionSpec
-from te_compile.tuning import cache, candidates
+from te_compile.tuning import cache
 from te_compile.tuning.timing import MIN_MARGIN, Measurement, measure_pair, serve_on_cudnn
 
-SDPA = AttentionSpec(mask="causal")
 PLAT = {"gpu": "NVIDIA H100 80GB HBM3", "cudnn": 91900, "torch": "2.11.0"}
 
 
 @pytest.fixture(autouse=True)
 def _cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
-
-
-def _meta(*shape, dtype=torch.bfloat16):
-    return torch.empty(*shape, dtype=dtype, device="meta")
 
 
 def test_cache_miss_then_hit():
@@ -71,16 +64,6 @@ def test_concurrent_writers_keep_every_entry(tmp_path):
     assert len(cache.entries()) == 40
 
 
-def test_site_key_changes_with_the_platform_and_the_site():
-    q = _meta(2, 8, 1024, 64)
-    key = tuning.site_key(q, q, q, None, SDPA, True, False, PLAT)
-    assert key == tuning.site_key(q, q, q, None, SDPA, True, False, dict(PLAT))
-    assert key != tuning.site_key(q, q, q, None, SDPA, True, False, {**PLAT, "cudnn": 92700})
-    assert key != tuning.site_key(q, q, q, None, SDPA, True, False, {**PLAT, "gpu": "NVIDIA H200"})
-    assert key != tuning.site_key(q, q, q, None, SDPA, False, False, PLAT)
-    assert key != tuning.site_key(_meta(2, 8, 2048, 64), q, q, None, SDPA, True, False, PLAT)
-
-
 def _fake_timer(times):
     """timer whose result depends on which candidate runs (fn() returns its name) and on the call count."""
     calls = {"n": 0}
@@ -108,67 +91,6 @@ def test_serve_only_when_faster_by_more_than_the_noise(te, tc, noise, serve):
     assert MIN_MARGIN > 0
 
 
-def test_speed_reason_reads_the_cache(monkeypatch):
-    monkeypatch.setattr(tuning, "platform", lambda *a: PLAT)
-    q = _meta(2, 8, 4096, 128)
-    key = tuning.site_key(q, q, q, None, SDPA, True, False)
-    cache.put(key, Measurement(0.61, 1.01, 0.02, 5).as_entry())
-    assert tuning.speed_reason(q, q, q, None, SDPA, True, False) is None
-    assert tuning.served_note(SDPA, q).startswith("served: measured: 0.610 ms on cuDNN vs 1.010 ms torch.compile")
-    cache.put(key, Measurement(1.01, 0.61, 0.02, 5, seconds=3.25).as_entry())
-    why = tuning.speed_reason(q, q, q, None, SDPA, True, False)
-    assert category(why) == SLOWER and "measured: 1.010 ms on cuDNN vs 0.610 ms torch.compile" in why
-    assert "NVIDIA H100 80GB HBM3, cuDNN 9.19, tuning took 3.2 s" in why  # the tuning time of the site
-
-
-def test_without_a_measurement_the_rule_decides_and_says_so(monkeypatch):
-    monkeypatch.setattr(tuning, "platform", lambda *a: PLAT)
-    q = _meta(4, 8, 1024, 64)
-    why = tuning.speed_reason(q, q, q, None, SDPA, True, False)
-    assert why is not None and "kept for speed by the rule for sdpa:" in why and "te-compile tune" in why
-    softcap = AttentionSpec(scale=0.1, source="flex", score="(mul (tanh (div score 30.0)) 30.0)")
-    big = _meta(2, 16, 4096, 128)
-    assert tuning.speed_reason(big, big, big, None, softcap, True, False) is None  # the rule serves it
-    note = tuning.served_note(softcap, big)
-    assert note.startswith("served by the rule for flex score_mod (from 4096 tokens)") and "not measured here" in note
-
-
-def test_measuring_fills_the_cache_once(monkeypatch):
-    """A site measured inside measuring() is stored; the second decision reads the cache (0 new measurements)."""
-    monkeypatch.setattr(tuning, "platform", lambda *a: PLAT)
-    q = torch.randn(1, 2, 64, 16, dtype=torch.bfloat16)
-    before = len(tuning.measured_log)
-    with tuning.measuring():
-        first = tuning.speed_reason(q, q, q, None, SDPA, True, False)
-        second = tuning.speed_reason(q, q, q, None, SDPA, True, False)
-    assert len(tuning.measured_log) == before + 1
-    assert first == second
-    assert len(cache.entries()) == 1
-
-
-def test_flex_candidates_compute_eagers_attention():
-    """Both measured candidates compute what eager flex_attention computes with the user's own score_mod and
-    mask_mod (CPU: te_compile's op runs its reference kernel; flex has no CPU backward, so the forward)."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    spec = AttentionSpec(scale=0.25, source="flex", score="(mul (tanh (div score 20.0)) 20.0)",
-                         mask_mod="(ge q_idx kv_idx)", block_q=128, block_kv=128, block_full=True)
-    q = torch.empty(1, 2, 128, 16)
-    te, tc = candidates.build(q, q, q, None, spec, False, False, device=torch.device("cpu"))
-    got_te, got_tc = te(), tc()
-    qkv, _, _ = candidates._inputs(q, q, q, None, False, False, torch.device("cpu"))  # the inputs build() makes
-    bm = create_block_mask(lambda b, h, qi, kv: qi >= kv, 1, 1, 128, 128, device="cpu")
-    want = flex_attention(*qkv, score_mod=lambda s, b, h, qi, kv: torch.tanh(s / 20.0) * 20.0, block_mask=bm,
-                          scale=0.25)
-    torch.testing.assert_close(got_te, want, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(got_tc, want, rtol=1e-5, atol=1e-5)
-
-
-def test_gathered_flex_sites_are_left_to_the_model():
-    spec = AttentionSpec(scale=0.25, source="flex", empty_rows=True)
-    q = torch.empty(1, 2, 64, 16)
-    assert candidates.build(q, q, q, q, spec, False, False, device=torch.device("cpu")) is None
-
-
 def test_tune_on_a_cpu_model_measures_nothing_and_says_so():
     import te_compile
     lines = []
@@ -176,7 +98,7 @@ def test_tune_on_a_cpu_model_measures_nothing_and_says_so():
     report, made = te_compile.tune(lambda q: torch.nn.functional.scaled_dot_product_attention(q, q, q), q,
                                    echo=lines.append)
     assert made == [] and len(report.decisions) == 1
-    assert lines[-1].startswith("te-compile tune: 0 site(s) measured")
+    assert lines[-1].startswith("te-compile tune: 0 graph measurement(s)")
 
 
 def test_max_autotune_modes_measure():
@@ -216,29 +138,6 @@ def test_rounds_last_about_the_target_time():
         return {"te": 1.0, "tc": 2.0}[fn()]
     measure_pair(lambda: "te", lambda: "tc", timer, rounds=2, warmup=0, target_ms=20.0)
     assert seen[:2] == [1, 1] and set(seen[2:]) == {10}  # one probe call each, then 20 ms / 2 ms per call
-
-
-def test_candidates_are_compiled_and_never_share_a_recompile_budget():
-    """Each candidate is compiled with a code object of its own: measuring more sites than Dynamo's recompile
-    limit still compiles every candidate, and flex_attention's own code object (which users compile) gets no
-    entry from a measurement."""
-    from torch._dynamo.utils import counters
-    from torch.nn.attention.flex_attention import flex_attention
-    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-    with torch._dynamo.config.patch(**{limit: 1}):
-        _build_three_sites(counters)
-    entries = torch._C._dynamo.eval_frame._debug_get_cache_entry_list(flex_attention.__code__)
-    assert entries == []
-
-
-def _build_three_sites(counters) -> None:
-    q = torch.empty(1, 2, 64, 16)
-    for i in range(3):
-        before = counters["stats"]["unique_graphs"]
-        spec = AttentionSpec(scale=0.1 * (i + 1), source="flex", score=f"(mul (tanh (div score {20 + i}.0)) {20 + i}.0)")
-        te, tc = candidates.build(q, q, q, None, spec, False, False, device=torch.device("cpu"))
-        torch.testing.assert_close(te(), tc(), rtol=1e-4, atol=1e-4)
-        assert counters["stats"]["unique_graphs"] - before == 2, f"site {i}: a candidate ran without compiling"
 
 
 def _drifting_timer(te_ms, tc_ms, drift, lose=()):
@@ -300,5 +199,5 @@ def test_round_ratios_survive_the_cache_and_old_entries_still_decide(monkeypatch
     old = Measurement.from_entry({"te_ms": 1.0, "tc_ms": 1.2, "noise": 0.3, "rounds": 5})
     assert old.ratios == () and not serve_on_cudnn(old)  # the older rule: 20% is inside 30% noise
     monkeypatch.setattr(tuning, "platform", lambda *a: PLAT)
-    assert "cuDNN faster in 6 of 7 rounds" in tuning.describe(back)
-    assert "noise 30%" in tuning.describe(old)
+    assert "cuDNN faster in 6 of 7 rounds" in tuning.describe(back, "sdpa")
+    assert "noise 30%" in tuning.describe(old, "sdpa")

@@ -2,8 +2,8 @@
 
 Where: ``$TE_COMPILE_CACHE_DIR/measurements-v1.json`` if set, else ``te_compile/`` under torch's Inductor
 cache directory (``TORCHINDUCTOR_CACHE_DIR``, by default ``/tmp/torchinductor_<user>``). Each entry is keyed by
-the site's signature (``tuning.site_key``: spec, shapes, dtype, grads, GPU name, cuDNN and torch versions), so
-another GPU or library version misses instead of reading a stale answer.
+the graph and class measured (``tuning.graph_ab.key``: the graph's signature, the class, grads, GPU name, cuDNN
+and torch versions), so another GPU or library version misses instead of reading a stale answer.
 
 Writers take an exclusive lock on a lock file next to it, re-read the file, merge their entries and replace it
 atomically (write a temporary file, then ``os.replace``), so readers never see a half-written file and

@@ -1,13 +1,13 @@
-"""Timing two candidates for one site, and the decision that follows from the numbers.
+"""Timing two variants of a graph (or a model), and the decision that follows from the numbers.
 
-``measure_pair`` runs te_compile's candidate and torch.compile's in alternating rounds (so drift in clocks or
+``measure_pair`` runs te_compile's variant and torch.compile's in alternating rounds (so drift in clocks or
 host load falls on both), each round a loop of calls after warm-up (as many as fill ``target_ms``), and reports
 each side's median over rounds, the noise (the spread of the rounds, leaving out the fastest and the slowest one
 when there are four or more) and each round's ratio torch.compile / cuDNN. The two sides of a round run back to
 back, so drift in clocks or host load moves both: the decision reads those paired ratios. ``serve_on_cudnn`` says
 cuDNN wins when the median ratio is at least ``1 + MIN_MARGIN`` and cuDNN was faster in all rounds but a few (a
 sign test: ``allowed_losses``); when unsure after ``rounds``, ``measure_pair`` runs as many rounds again, once, and
-when still unsure the site stays with torch.compile. A host-bound candidate's round times spread widely while it
+when still unsure the sites stay with torch.compile. A host-bound variant's round times spread widely while it
 still wins every round; a rule on the spread of absolute times kept such sites.
 The timer is a parameter, so the decision is tested on the CPU with a fake one.
 """
