@@ -1,8 +1,8 @@
 """One Hugging Face generation run for tests/test_cuda_generate.py, in its own process (a crash must not take
 the test session down): greedy ``generate`` with a static cache, ``model.forward`` compiled with plain
 torch.compile or te_compile (``te_compile-always``: with serve="always"). Prints one JSON line: {"ok", "agree",
-"error", "decisions"}; ``decisions``: for te_compile, each attention site's [runs_on, reason category] as its graphs
-were compiled.
+"error", "decisions"}; ``decisions``: for te_compile, each attention site's [runs_on, reason category, reason or
+note] as its graphs were compiled.
 
     python3 tests/hf_generate_case.py {plain|te_compile|te_compile-always} {sdpa|flex_attention} {default|reduce-overhead|reduce-overhead-called}
 
@@ -62,7 +62,8 @@ def main(which: str, impl: str, mode: str) -> None:
             res["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
     if graphs:
         from te_compile.reasons import category
-        res["decisions"] = [[d.runs_on, category(d.reason) if d.reason else ""] for g in graphs for d in g.decisions]
+        res["decisions"] = [[d.runs_on, category(d.reason) if d.reason else "", str(d.reason or d.note)[:300]]
+                            for g in graphs for d in g.decisions]
     print(json.dumps(res), flush=True)
 
 

@@ -29,7 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _run(which: str, impl: str, mode: str) -> dict:
-    p = subprocess.run([sys.executable, os.path.join(HERE, "hf_generate_case.py"), which, impl, mode],
+    env = {k: v for k, v in os.environ.items() if k != "TE_COMPILE_SERVE"}  # conftest serves every site
+    p = subprocess.run([sys.executable, os.path.join(HERE, "hf_generate_case.py"), which, impl, mode], env=env,
                        capture_output=True, text=True, timeout=900)
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     res = json.loads(lines[-1]) if lines else {"ok": False, "agree": None, "error": None, "decisions": []}
@@ -54,15 +55,9 @@ def test_generate_static_cache_as_plain_torch_compile(results, impl, mode):
     # never a dead process, also where plain torch.compile's dies (an overwritten CUDA-graph output reaching
     # Inductor's static launcher: te_compile/stale_outputs.py)
     assert te["returncode"] == 0, f"te_compile's process died (return code {te['returncode']}):\n{te['stderr']}"
-    if plain["ok"]:
-        assert te["ok"], f"plain torch.compile generates, te_compile raised {te['error']}"
-        assert te["agree"] >= plain["agree"] - 0.1, (te["agree"], plain["agree"])
-    elif plain["returncode"] == 0:  # plain torch.compile raised: te_compile raises the same error or generates
-        assert te["ok"] or te["error"].split(":")[0] == plain["error"].split(":")[0], (te["error"], plain["error"])
-    else:  # plain torch.compile's process died: te_compile generates or raises torch's error for the case
-        assert te["ok"] or "overwritten by a subsequent run" in te["error"], te["error"]
+    _same_outcome(plain, te)
     # the rule for each site's class keeps these short steps (tests/test_rules.py checks the rules)
-    assert te["decisions"] and all(d == ["kept", "slower"] for d in te["decisions"]), te["decisions"]
+    assert te["decisions"] and all(d[:2] == ["kept", "slower"] for d in te["decisions"]), te["decisions"]
 
 
 @pytest.mark.parametrize("impl,mode", [c for c in COMBOS if c[1] in ALWAYS_MODES])
@@ -70,6 +65,17 @@ def test_generate_static_cache_with_every_site_on_cudnn(results, impl, mode):
     plain, te = results[("plain", impl, mode)], results[("te_compile-always", impl, mode)]
     assert te["returncode"] == 0, f"te_compile's process died (return code {te['returncode']}):\n{te['stderr']}"
     assert te["decisions"] and all(d[0] == "cudnn" for d in te["decisions"]), te["decisions"]
-    assert te["ok"], te["error"]
+    _same_outcome(plain, te)
+
+
+def _same_outcome(plain: dict, te: dict) -> None:
+    """te_compile generates where plain torch.compile does, with the same tokens; where plain torch.compile
+    raises, te_compile generates or raises the same error; where its process dies, te_compile generates or raises
+    torch's error for the case."""
     if plain["ok"]:
+        assert te["ok"], f"plain torch.compile generates, te_compile raised {te['error']}"
         assert te["agree"] >= plain["agree"] - 0.1, (te["agree"], plain["agree"])
+    elif plain["returncode"] == 0:
+        assert te["ok"] or te["error"].split(":")[0] == plain["error"].split(":")[0], (te["error"], plain["error"])
+    else:
+        assert te["ok"] or "overwritten by a subsequent run" in te["error"], te["error"]
