@@ -11,10 +11,9 @@ torch.compile, every row it keeps did not, or its kernels were no faster.
 Under CUDA graphs (mode="reduce-overhead") a replay issues no per-call host work, so the kernel ratio alone
 decides: a class serves at any length where its kernels are faster.
 
-The measurements are sm90 (H100 and H200) with cuDNN 9.19 and 9.27, training steps; a forward without gradients
-follows the same rule unless its class has a forward-only threshold read from forward-only sweeps
-(``infer_min_tokens``). ``te-compile tune`` /
-``mode="max-autotune"`` / ``te_compile.tune`` measure a site on the running machine instead
+The measurements are sm90 (H100 and H200) with cuDNN 9.19 and 9.27, training steps and forward-only steps; a
+forward without gradients follows the training threshold (its steps gain at least as much: kernels alone, no
+backward host time). ``te-compile tune`` / ``mode="max-autotune"`` / ``te_compile.tune`` measure a site on the running machine instead
 (te_compile.tuning); ``te_compile.backend(serve="always")`` serves every site cuDNN can serve.
 """
 
@@ -35,33 +34,31 @@ MEASURED_ON = "sm90 (H100, H200), cuDNN 9.19 and 9.27, training steps and forwar
 class Rule:
     """Serve a class from ``min_tokens`` query tokens on (None: keep it), ``graphs_min_tokens`` under CUDA graphs
     (None: keep it there too). ``why``: one sentence for the report. ``cites``: the sweep files (docs/data) and case
-    names the rule was read from. ``infer_min_tokens`` / ``infer_cites``: a threshold of its own for a forward
-    without gradients, and the forward-only sweeps it was read from (absent: the training threshold decides)."""
+    names the rule was read from."""
 
     min_tokens: Optional[int]
     graphs_min_tokens: Optional[int]
     why: str
     cites: tuple = ()
-    infer_min_tokens: Optional[int] = None
-    infer_cites: tuple = ()
-
-    def threshold(self, needs_grad: bool, cuda_graphs: bool) -> Optional[int]:
-        if cuda_graphs:
-            return self.graphs_min_tokens
-        return self.infer_min_tokens if not needs_grad and self.infer_cites else self.min_tokens
 
 
-#: forward-only sweeps on the native call path
-_INFER = ("sweep-flex-infer-h200-919-2026-11-28.json",)
+#: the flex sweeps on the native call path (training steps at 2x16x4096x128 on H200 and 1x32x4096x128 with 8 KV
+#: heads on H100; forward-only steps at 2x16x4096x128 on H200)
+_NATIVE = ("sweep-flex-train-h200-919-2026-11-28.json", "sweep-flex-train-h100-919-2026-11-28-1x32x4096x128x8.json",
+           "sweep-flex-infer-h200-919-2026-11-28.json")
 
 _TUNED = ("tuned-flex-h100-919-2026-11-27-1x16x16384x128.json", "tuned-flex-h100-919-2026-11-27-1x32x8192x128x8.json",
           "tuned-flex-h200-919-2026-11-27.json", "tuned-flex-h200-927-2026-11-27.json",
           "tuned-flex-h100-919-2026-11-27-8x16x1024x64.json", "tuned-flex-h100-919-2026-11-27-8x16x512x64.json",
           "tuned-flex-h200-919-2026-11-27-4x16x512x64.json")
 
+#: the tuned sweeps' files at 8192-16384 and at 512-1024 tokens (Python call path)
+_TUNED_LONG = _TUNED[:2]
+_TUNED_SHORT = _TUNED[4:]
+
 RULES: dict[str, Rule] = {
-    "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: served, its steps were "
-                 "0.58-1.02x at 512-16384 tokens", (("sweep-sdpa-before-h200-2026-11-26.json",
+    "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: te_compile's steps were "
+                 "0.58-1.02x of torch.compile's at 512-16384 tokens", (("sweep-sdpa-before-h200-2026-11-26.json",
                                                        ("sdpa none", "sdpa causal")),)),
     "sdpa mask": Rule(None, None, "torch runs its own cuDNN kernel with a bool mask or a frozen bias (not measured "
                       "apart from SDPA without one: taken as equal)"),
@@ -69,28 +66,27 @@ RULES: dict[str, Rule] = {
                               "1.80-2.07x steps from 4096 tokens, none faster at 1024",
                               (("sweep-sdpa-h200-2026-11-26.json", ("sdpa learned bias",)),)),
     "flex plain": Rule(4096, 512, "cuDNN's kernels 1.14-1.40x Inductor's; the step is faster from 4096 tokens "
-                       "(1.22-1.42x), slower at 512-1024 (0.58-0.85x)", ((_TUNED, ("flex none",)),)),
+                       "(1.22-1.42x), slower at 512-1024 (0.58-0.85x)", ((_TUNED + _NATIVE, ("flex none",)),)),
     "flex native band": Rule(4096, 512, "a causal band on cuDNN's diagonal band: kernels 1.09-1.43x; steps 1.27-1.40x "
-                             "from 4096 tokens, 0.59-0.86x at 512-1024", ((_TUNED, ("flex causal",)),)),
-    "flex narrow band": Rule(8192, 512, "a band narrower than causal (a sliding window): kernels 1.07-1.32x, but "
-                             "the kernels are short: training steps 1.12-1.31x from 8192 tokens, 0.50-0.78x at "
-                             "512-4096; forward-only steps 1.43-1.55x at 4096",
-                             ((_TUNED, ("flex sliding <=", "flex sliding <")),),
-                             infer_min_tokens=4096, infer_cites=((_INFER, ("flex sliding <=", "flex sliding <")),)),
+                             "from 4096 tokens, 0.59-0.86x at 512-1024", ((_TUNED + _NATIVE, ("flex causal",)),)),
+    "flex narrow band": Rule(4096, 512, "a band narrower than causal (a sliding window): kernels 1.07-1.32x; on the "
+                             "native call path training steps 1.01-1.29x and forward-only steps 1.43-1.55x at 4096 "
+                             "tokens, 1.13-1.17x from 8192; 0.36-0.73x at 512-1024",
+                             ((_NATIVE + _TUNED_LONG + _TUNED_SHORT, ("flex sliding <=", "flex sliding <")),)),
     "flex score_mod": Rule(4096, 512, "a non-linear score_mod (softcap): kernels 1.87-2.55x; steps 1.88-2.37x from "
                            "4096 tokens, 0.64-1.17x at 512-1024",
-                           ((_TUNED, ("flex softcap", "flex softcap + causal")),)),
+                           ((_TUNED + _NATIVE, ("flex softcap", "flex softcap + causal")),)),
     "flex additive score_mod": Rule(4096, 512, "an additive score_mod (ALiBi): kernels 1.10-1.41x; steps "
                                     "1.26-1.35x from 4096 tokens, 0.66-0.71x at 512-1024",
-                                    ((_TUNED, ("flex ALiBi",)),)),
+                                    ((_TUNED + _NATIVE, ("flex ALiBi",)),)),
     "flex native ALiBi + causal": Rule(4096, 512, "cuDNN's own ALiBi with causal masking: kernels 1.04-1.50x; "
                                        "steps 1.16-1.37x from 4096 tokens, 0.51-0.63x at 512-1024",
-                                       ((_TUNED, ("flex ALiBi + causal",)),)),
+                                       ((_TUNED + _NATIVE, ("flex ALiBi + causal",)),)),
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
                               "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)",
-                              ((_TUNED, ("flex prefix-LM",)),)),
+                              ((_TUNED + _NATIVE, ("flex prefix-LM",)),)),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
-                              "0.98-1.01x", ((_TUNED, ("flex document",)),)),
+                              "0.98-1.01x", ((_TUNED + _NATIVE, ("flex document",)),)),
     "flex additive score_mod + mask": Rule(None, None, "an additive score_mod with a mask cuDNN computes every tile "
                                            "of: 0.80x steps"),
     "flex gathered bias": Rule(4096, 4096, "a relative-position table gathered into a bias: 2.2x steps, as SDPA's "
@@ -140,9 +136,8 @@ def decide(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: boo
     H, L, S = shape
     cls = site_class(spec, bias is not None, need_dbias, L, S, H)
     rule = RULES[cls]
-    need = rule.threshold(needs_grad, cuda_graphs)
-    where = (" under CUDA graphs" if cuda_graphs
-             else " for a forward without gradients" if not needs_grad and rule.infer_cites else "")
+    need = rule.graphs_min_tokens if cuda_graphs else rule.min_tokens
+    where = " under CUDA graphs" if cuda_graphs else ""
     if need is not None and L >= need:
         return True, f"served by the rule for {cls}{where} (from {need} tokens): {rule.why}"
     if need is None:
