@@ -18,6 +18,23 @@ def _table(name: str, shape: tuple, make: str = "randn", dtype: str = "float32",
     return {"name": name, "shape": list(shape), "make": make, "dtype": dtype, "learned": learned}
 
 
+#: the CUDA cases te_compile keeps, each with the category of its reason; every other CUDA case is served on cuDNN
+#: (every site). tests/test_fuzz_classes.py checks these against the compile-time decisions on any machine
+#: (``explain(..., for_device="cuda")``), tests/test_cuda_fuzz_classes.py against the GPU's
+CUDA_KEPT = {
+    "autocast_sdpa": "not-on-cudnn",  # fp32 inputs under autocast: the compile-time check sees float32
+    "kv_batch_1": "not-on-cudnn",
+    "lengths_per_batch": "sparse-mask",
+    "nan_score_under_gathering_mask": "not-exact",
+    "pow_half_after_remainder_of_clamp": "not-exact",
+    "q_index_term_ragged": "not-exact",
+    "singular_derivative": "not-exact",
+    "sqrt_after_clamp": "not-exact",
+    "super_exponential_score": "not-exact",
+    "threshold_per_batch": "not-on-cudnn",
+}
+
+
 def cases(cuda: bool) -> dict[str, Case]:
     """class name -> Case. CUDA cases use lengths that are not multiples of the 128 tile."""
     n, m, d = (129, 255, 64) if cuda else (17, 23, 8)

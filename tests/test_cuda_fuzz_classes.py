@@ -10,22 +10,17 @@ import pytest
 import torch
 
 import te_compile
+from te_compile.reasons import category
 from tools import fuzz
 
-from fuzz_regressions import cases
+from fuzz_regressions import CUDA_KEPT, cases
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU with cuDNN")]
 
 CASES = cases(cuda=True)
-#: served on cuDNN (and right); the other cases may be kept, each with a reason
-SERVED = {"lse_in_the_loss", "lse_in_the_loss_causal", "step_not_folded", "negative_linear", "bool_plus_bool",
-          "sigmoid", "tanh_abs", "sqrt_abs", "square_of_scaled", "abs_grad", "nested_or", "offset_band",
-          "strict_causal", "score_mod_window", "chained_index", "log_emission", "where_two_constants",
-          "sdpa_chain", "flex_chain", "learned_table", "alibi_plus_table",
-          "tanh_tile_multiple", "sigmoid_tile_multiple", "chained_learned_table", "score_times_score"}
-# autocast_sdpa: fp32 inputs under torch.autocast are kept for Inductor on CUDA (the compile-time check sees
-# float32); the op's Autocast kernel casts like eager (CPU test), serving them on cuDNN is not measured yet
+KEPT = CUDA_KEPT  # the category of each kept class
+SERVED = set(CASES) - set(KEPT)
 
 
 #: kept by te_compile, and plain torch.compile is off eager too (its flex backward recomputes the scores as well):
@@ -41,8 +36,14 @@ def backend():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fuzz_class_on_cudnn(name, backend):
     outcome, detail, decisions = fuzz.compare(CASES[name], "cuda", backend)
-    want = ("pass",) if name in SERVED else ("kept_mismatch", "kept") if name in KEPT_OFF_EAGER else ("pass", "kept")
-    assert outcome in want, f"{name}: {outcome}: {detail}; {[d.reason for d in decisions if not d.rewrite]}"
+    reasons = [d.reason for d in decisions if not d.rewrite]
+    if name in SERVED:
+        assert outcome == "pass", f"{name}: {outcome}: {detail}; {reasons}"
+        assert decisions and all(d.rewrite and d.runs_on == "cudnn" for d in decisions), (name, reasons)
+    else:
+        assert outcome in (("kept_mismatch", "kept") if name in KEPT_OFF_EAGER else ("kept",)), (name, outcome, detail)
+        assert decisions and {category(r) for r in reasons} == {KEPT[name]} and not any(d.rewrite for d in decisions), (
+            name, reasons)
 
 
 def test_inf_input_gives_nan_rows_as_eager():

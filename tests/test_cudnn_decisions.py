@@ -200,7 +200,7 @@ def test_emission_support_reasons():
     assert "pow" in unsupported_reason(AttentionSpec(score="(pow 2.0 score)", source="flex"))
 
 
-@pytest.mark.parametrize("score,mask,plan", [
+@pytest.mark.parametrize("score,mask,want", [
     # softcap + causal: mask first, min() restores -inf (softcap(-inf) = -30), bprop without select
     ("(mul (tanh (div score 30.0)) 30.0)", "(ge q_idx kv_idx)", "min"),
     ("(add score (mul (in 0) (sub kv_idx q_idx)))", "(ge q_idx kv_idx)", "plain"),  # f(-inf) = -inf
@@ -220,14 +220,14 @@ def test_emission_support_reasons():
     ("(mul (tanh (div score 30.0)) 30.0)", "(gt q_idx kv_idx)", None),
     ("(mul (tanh (div score 30.0)) 30.0)", "(ne q_idx kv_idx)", None),
 ])
-def test_mask_first_plan(score, mask, plan):
+def test_mask_first_lowering(score, mask, want):
     from te_compile.cudnn.lowering import BIG, lower
     lw = lower(AttentionSpec(score=score, mask_mod=mask, source="flex"))
-    p = lw.mask_first
-    assert (p is None) == (plan is None)
-    if p is not None:
-        assert p.needs_min == (plan == "min")
-        assert (BIG in lw.constants) == p.needs_min
+    mf = lw.mask_first
+    assert (mf is None) == (want is None)
+    if mf is not None:
+        assert mf.needs_min == (want == "min")
+        assert (BIG in lw.constants) == mf.needs_min
 
 
 @pytest.mark.parametrize("expr,want", [

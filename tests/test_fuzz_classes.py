@@ -11,7 +11,7 @@ from te_compile import ir
 from te_compile.reasons import NOT_EXACT, NOT_ON_CUDNN, category
 from tools import fuzz
 
-from fuzz_regressions import cases
+from fuzz_regressions import CUDA_KEPT, cases
 
 CASES = cases(cuda=False)
 
@@ -209,3 +209,26 @@ def test_a_large_gathered_bias_in_bfloat16_on_the_cpu(shifted, backend, monkeypa
     case = cases(cuda=True)["large_gathered_bias"]  # the GPU's shape: q_idx + 7 reaches 262
     outcome, detail, _ = fuzz.compare(case, "cpu", backend)
     assert outcome == ("pass" if shifted else "wrong"), f"{outcome}: {detail}"
+
+
+CUDA_CASES = cases(cuda=True)
+
+
+@pytest.mark.parametrize("name", sorted(CUDA_CASES))
+def test_cuda_class_decisions_as_pinned(name, backend):  # (backend: flex on CPU with gradients, as the fuzzer)
+    """What te_compile decides at compile time for each CUDA case (cuDNN's support as the installed frontend checks
+    it, no GPU needed): kept with the pinned reason category, or every site on cuDNN."""
+    c = CUDA_CASES[name]
+    low, _ = fuzz._dtypes(c, "cuda")
+    ns, _, qkv = fuzz.build(c, "cpu", low)
+    attn, _ = fuzz._attention_fn(c, ns, "cpu", low)
+    leaves = [t.detach().requires_grad_(not c.no_grad) for t in qkv]
+    grad = torch.no_grad() if c.no_grad else torch.enable_grad()
+    cast = torch.autocast("cpu", dtype=torch.bfloat16) if c.autocast else torch.enable_grad()
+    with grad, cast:
+        rows = te_compile.explain(attn, *leaves, for_device="cuda", serve="always").rows()
+    assert rows, name
+    if name in CUDA_KEPT:
+        assert {(r["runs_on"], category(r["reason"])) for r in rows} == {("kept", CUDA_KEPT[name])}, rows
+    else:
+        assert {r["runs_on"] for r in rows} == {"cudnn"}, rows

@@ -106,3 +106,17 @@ def test_runs_at_different_seeds_draw_disjoint_cases():
     assert fuzz.cases_for(1, 0, "cpu", True)[1].seed == fuzz.PEER_OFFSET
     with pytest.raises(ValueError):
         fuzz.cases_for(fuzz.MAX_CASES + 1, 0, "cpu", False)
+
+
+def test_each_result_records_its_errors_and_tolerances(tmp_path):
+    """The JSON-lines record of a case keeps each compared tensor's error, tolerance and eager's own low-precision
+    error (what a fixed tolerance per dtype is read from); a passing case is within every tolerance."""
+    import io
+    sink = tmp_path / "r.jsonl"
+    fuzz.run_cases(fuzz.cases_for(6, 7, "cpu", peers=False), "cpu", out=io.StringIO(), sink=str(sink))
+    records = [json.loads(line) for line in sink.read_text().splitlines()]
+    passed = [r for r in records if r["outcome"] == "pass"]
+    assert passed, [r["outcome"] for r in records]
+    for r in passed:
+        assert {"out", "lse"} <= set(r["errors"]), r["errors"]
+        assert all(err <= tol for err, tol, _ in r["errors"].values()), r["errors"]

@@ -47,7 +47,8 @@ def _imports(path: pathlib.Path) -> set[str]:
             out.update(a.name for a in node.names if a.name.startswith("te_compile"))
     for name, symbol in _from_imports(path):  # `from . import ir` names a module, `from .spec import X` a symbol
         sub = f"{name}.{symbol}"
-        out.add(sub if (PKG.parent / (sub.replace(".", "/") + ".py")).exists() else name)
+        path_of = PKG.parent / sub.replace(".", "/")
+        out.add(sub if path_of.with_suffix(".py").exists() or (path_of / "__init__.py").exists() else name)
     return out
 
 

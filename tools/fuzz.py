@@ -522,8 +522,14 @@ def _dtypes(c: Case, device: str) -> tuple[torch.dtype, torch.dtype]:
     return torch.float64, torch.float64
 
 
+#: the last ``compare``'s errors: tensor name -> [error, tolerance, eager's own error in the low dtype or None] (the
+#: JSON-lines record keeps them, so tolerances can be read from the error distribution of correct results)
+last_errors: dict = {}
+
+
 def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
     """(outcome, detail, decisions) for one case."""
+    last_errors.clear()
     low, ref_dtype = _dtypes(c, device)
     torch._dynamo.reset()
     try:
@@ -569,6 +575,8 @@ def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
             b = ehigh[i]
         e = _err(a, b, floor)
         tol = _tolerance(c, i, elow, ehigh, b, floor)
+        own = _err(elow[i], b, floor) if elow is not None and i < len(elow) else None
+        last_errors[name] = [float(f"{x:.4g}") if x is not None else None for x in (e, tol, own)]
         if not e <= tol:
             bad.append(f"{name} err {e:.3g} > tol {tol:.3g}")
     if not bad:
@@ -774,7 +782,7 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
             outcome, detail = "crash", f"the CUDA context was unusable after this case ({outcome}: {detail})"[:600]
         reasons = [d.reason for d in decisions if not d.rewrite]
         r = {"seed": c.seed, "peer": c.peer, "outcome": outcome, "detail": detail, "case": c.to_json(),
-             "kept_reasons": reasons, "sites": emission_digest(c, decisions),
+             "kept_reasons": reasons, "sites": emission_digest(c, decisions), "errors": dict(last_errors),
              "seconds": round(time.perf_counter() - t0, 2)}
         if fell_back:  # calls of a served site that ran the reference math (cuDNN declined the graph)
             r["reference_fallback_calls"] = fell_back

@@ -2,7 +2,7 @@
 behind it (a heading of docs/cudnn-notes.md) and the test that checks it.
 
 The workarounds themselves live where they act (the emission options in ``lowering.EmitOptions``, the
-lowering record's plans, the run-time fixes in ``graphs``); this table is the index a maintainer reads first
+lowering's mask-first decisions, the run-time fixes in ``graphs``); this table is the index a maintainer reads first
 when cuDNN changes (a new version can make one unnecessary, or need a new one). ``tests/test_workarounds.py``
 checks that each row's place exists, its note heading is in docs/cudnn-notes.md, its test exists, and that
 every emission option has a row.
@@ -54,10 +54,10 @@ WORKAROUNDS: tuple[Workaround, ...] = (
                "Found by the differential fuzzer", "tests/test_cudnn_decisions.py::test_graph_structure_ignores_constant_values"),
     Workaround("mask first", "a single index comparison mask is applied to the raw score before the score_mod, "
                "so cuDNN skips the masked tiles", "cudnn.lowering:Lowering.mask_first", "Tile skipping with a score_mod",
-               "tests/test_cudnn_decisions.py::test_mask_first_plan"),
+               "tests/test_cudnn_decisions.py::test_mask_first_lowering"),
     Workaround("mask first for causal only", "inverse causal (kv_idx >= q_idx) is emitted after the score_mod, not as "
                "a select on the raw score", "cudnn.lowering:EmitOptions.mask_first_inverse", "Found by the differential fuzzer",
-               "tests/test_cudnn_decisions.py::test_mask_first_plan"),
+               "tests/test_cudnn_decisions.py::test_mask_first_lowering"),
     Workaround("no singular function of a remainder", "a score_mod with log / sqrt / 1/x / x**p (p < 1) of a float "
                "remainder of the score stays with Inductor", "cudnn.check:singular_of_remainder",
                "Found by the differential fuzzer",
