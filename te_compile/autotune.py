@@ -1,12 +1,9 @@
 """``te_compile.tune(model, *args)`` and ``te-compile tune MODULE:FACTORY``: measure a model's sites ahead of time.
 
-Compiles the model once with te_compile (through ``explain``: its compiled entries are its own, so the user's
-recompile budget is untouched), with measuring on: for each graph, each class of sites cuDNN can serve that the
-cache does not know yet is measured as one A/B of the graph, the class on cuDNN against it on torch.compile
-(te_compile.tuning.graph_ab), and stored (te_compile.tuning.cache). When a class measured faster, the whole model
-is then timed as the user calls it (te_compile.model_check: two more compiles, with entries of their own), and a
-model that is not faster served keeps those sites. Later compiles of the same graphs (any process, same GPU,
-cuDNN and torch) decide from the cache and measure nothing.
+Compiles the model once with te_compile (through ``explain``: entries of its own) with measuring on, so each class
+of sites the cache does not know gets its graph A/B (te_compile.tuning.graph_ab); when a class measured faster, the
+whole model is then timed as the user calls it (te_compile.model_check). Later compiles of the same graphs (any
+process, same GPU, cuDNN and torch) decide from the cache.
 """
 
 from __future__ import annotations

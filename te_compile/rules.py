@@ -1,19 +1,12 @@
 """The default serve decision: one rule per site class, from measurements (no model, no fitted constants).
 
-What the lowering decided for a site (te_compile.cudnn.lowering: a native band, an emitted score_mod or mask,
-native ALiBi, the prefix-LM split, a bias with or without dBias, an SDPA form) names its class
-(``site_class``). Each class has one rule: keep it, or serve it from a number of query tokens on, where cuDNN's
-kernels are faster than torch.compile's and the step is long enough that te_compile's host time per call does not
-decide it. Every rule cites the committed sweep rows (``docs/data``) it was read from; tests/test_rules.py checks
-each rule against those rows: every row the rule serves measured faster on te_compile than on plain
-torch.compile, every row it keeps did not, or its kernels were no faster.
-
-Under CUDA graphs (mode="reduce-overhead") a replay issues no per-call host work, so the kernel ratio alone
-decides: a class serves at any length where its kernels are faster.
-
-The measurements are sm90 (H100 and H200) with cuDNN 9.19 and 9.27, training steps and forward-only steps; a
-forward without gradients follows the training threshold (its steps gain at least as much: kernels alone, no
-backward host time). ``te-compile tune`` / ``mode="max-autotune"`` / ``te_compile.tune`` measure a site on the running machine instead
+What the lowering decided for a site (a native band, an emitted score_mod or mask, native ALiBi, the prefix-LM
+split, a bias with or without dBias, an SDPA form) names its class (``site_class``). Each class has one rule: keep
+it, or serve it from a number of query tokens on, where cuDNN's kernels are faster and the step is long enough that
+host time per call does not decide; under CUDA graphs (no host work per call) the kernel ratio alone decides. Every
+rule cites the committed sweep rows (``docs/data``) it was read from; tests/test_rules.py checks each rule against
+them. A forward without gradients follows the training threshold (its steps gained at least as much where both
+were measured). ``te-compile tune`` / ``mode="max-autotune"`` / ``te_compile.tune`` measure instead
 (te_compile.tuning); ``te_compile.backend(serve="always")`` serves every site cuDNN can serve.
 """
 
@@ -157,9 +150,5 @@ def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbi
                   "te_compile.backend(serve='always') serves it anyway", SLOWER)
 
 
-def served_note(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> str:
-    return decide(q, k, v, bias, spec, needs_grad, need_dbias)[1] + f" ({MEASURED_ON})"
-
-
-__all__ = ["RULES", "Rule", "MEASURED_ON", "site_class", "decide", "slower_reason", "served_note"]
+__all__ = ["RULES", "Rule", "MEASURED_ON", "site_class", "decide", "slower_reason"]
 

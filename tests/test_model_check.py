@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from te_compile.reasons import SLOWER, category
 from te_compile import model_check
+from te_compile.tuning.timing import step
 from te_compile import tuning
 from te_compile.spec import AttentionSpec
 from te_compile.tuning import cache, graph_ab
@@ -89,10 +90,10 @@ def test_nothing_is_timed_without_a_served_graph():
 
 def test_the_training_step_takes_every_gradient_without_touching_grad():
     model, x = Model(), torch.randn(1, 2, 8, 16, requires_grad=True)
-    grads = model_check.step(model, model, (x,), {"scale": 2.0}, True)()
+    grads = step(lambda: model(x, scale=2.0), model_check.leaves(model, (x,), {"scale": 2.0}), True)()
     assert len(grads) == 3 and all(g is not None for g in grads)  # weight, bias, x
     assert all(p.grad is None for p in model.parameters()) and x.grad is None
-    out = model_check.step(model, model, (x,), {}, False)()
+    out = step(lambda: model(x), model_check.leaves(model, (x,), {}), False)()
     assert not out["out"].requires_grad  # inference runs without grad
 
 

@@ -53,7 +53,7 @@ def test_a_forward_without_gradients_follows_the_training_threshold():
     big, small = _t(2, 16, 4096, 128), _t(2, 16, 1024, 128)
     for needs_grad in (True, False):
         assert rules.slower_reason(big, big, big, None, spec, needs_grad, False) is None
-        assert rules.served_note(big, big, big, None, spec, needs_grad, False).startswith(
+        assert rules.decide(big, big, big, None, spec, needs_grad, False)[1].startswith(
             "served by the rule for flex narrow band (from 4096 tokens)")
         assert "rule for flex narrow band: 1024 tokens, served from 4096" in rules.slower_reason(
             small, small, small, None, spec, needs_grad, False)
@@ -123,7 +123,7 @@ def test_the_reason_names_the_rule_and_its_threshold():
     assert why.startswith("kept for speed by the rule for flex native band: 1024 tokens, served from 4096:")
     assert "te_compile.backend(serve='always') serves it anyway" in why
     assert rules.slower_reason(big, big, big, None, spec, True, False) is None
-    assert rules.served_note(big, big, big, None, spec, True, False).startswith(
+    assert rules.decide(big, big, big, None, spec, True, False)[1].startswith(
         "served by the rule for flex native band (from 4096 tokens)")
     # under CUDA graphs no host time counts: the kernels decide, and they are faster from 512 tokens
     assert rules.slower_reason(small, small, small, None, spec, True, False, cuda_graphs=True) is None

@@ -1,19 +1,11 @@
 """Serve where it is measured faster: the graph timed with a class of its sites on cuDNN and without, on request.
 
-For a site cuDNN can serve, ``speed_reason`` (the ``serve="fastest"`` check) decides from, in order:
-
-1. a measurement in the persistent cache (``tuning.cache``) for the graph being compiled and the site's class
-   (te_compile.rules.site_class): the graph's signature (structure, shapes, dtypes, not its names), the class,
-   whether it needs gradients, the GPU, cuDNN and torch;
-2. a new measurement, when measuring is on (``torch.compile(..., mode="max-autotune")``, ``te_compile.tune`` /
-   ``te-compile tune``): the graph compiled with Inductor twice, the sites of that class on cuDNN and on
-   torch.compile (every other site as the cache or the rules decide it), timed whole in alternating rounds on
-   the graph's own inputs (``tuning.graph_ab``), and stored;
-3. otherwise the rule for its class (``te_compile.rules``), and the reason says so.
-
-A class is served only when its graph measured faster in the median round and in nearly every round
-(``timing.serve_on_cudnn``). Under CUDA graphs (mode="reduce-overhead"), with symbolic shapes, without real inputs
-or when the graph writes into an input, nothing is measured and the rules decide.
+``speed_reason`` (the ``serve="fastest"`` check) decides a site cuDNN can serve from, in order: a measurement in
+the persistent cache (``tuning.cache``) for the graph being compiled and the site's class
+(te_compile.rules.site_class); a new one when measuring is on (``mode="max-autotune"``, ``te_compile.tune`` /
+``te-compile tune``: ``tuning.graph_ab``); otherwise the rule for its class (``te_compile.rules``). A class is
+served only when its graph measured faster by ``timing.serve_on_cudnn``. Under CUDA graphs, with symbolic shapes,
+without real inputs or when the graph writes into an input, nothing is measured and the rules decide.
 """
 
 from __future__ import annotations
@@ -40,32 +32,31 @@ _force: contextvars.ContextVar[dict] = contextvars.ContextVar("te_compile_tuning
 
 
 @contextlib.contextmanager
-def measuring(on: bool = True) -> Iterator[None]:
-    """Measure undecided classes while compiling inside this block (what mode="max-autotune" and tune() use)."""
-    token = _measuring.set(on)
+def _set(var: contextvars.ContextVar, value, result=None) -> Iterator:
+    token = var.set(value)
     try:
-        yield
+        yield result
     finally:
-        _measuring.reset(token)
+        var.reset(token)
+
+
+def measuring(on: bool = True):
+    """Measure undecided classes while compiling inside this block (what mode="max-autotune" and tune() use)."""
+    return _set(_measuring, on)
 
 
 def is_measuring() -> bool:
     return _measuring.get()
 
 
+def progress(echo):
+    """``echo(line)`` gets one line per graph measured inside this block (te-compile tune's progress)."""
+    return _set(_progress, echo)
+
+
 def progress_echo():
     """The progress callback of the enclosing ``progress`` block, or None."""
     return _progress.get()
-
-
-@contextlib.contextmanager
-def progress(echo) -> Iterator[None]:
-    """``echo(line)`` gets one line per graph measured inside this block (te-compile tune's progress)."""
-    token = _progress.set(echo)
-    try:
-        yield
-    finally:
-        _progress.reset(token)
 
 
 @functools.lru_cache(maxsize=4)
@@ -85,23 +76,13 @@ class GraphScope:
         self.classes: dict = {}  # class -> needs_grad of its sites
 
 
-@contextlib.contextmanager
-def graph(scope: Optional[GraphScope]) -> Iterator[Optional[GraphScope]]:
-    token = _graph.set(scope)
-    try:
-        yield scope
-    finally:
-        _graph.reset(token)
+def graph(scope: Optional[GraphScope]):
+    return _set(_graph, scope, scope)
 
 
-@contextlib.contextmanager
-def forcing(force: dict) -> Iterator[None]:
+def forcing(force: dict):
     """Rewrite with the classes of ``force`` served (True) or kept (False): the two variants of a measurement."""
-    token = _force.set(force)
-    try:
-        yield
-    finally:
-        _force.reset(token)
+    return _set(_force, force)
 
 
 def _class(q, k, bias, spec: AttentionSpec, need_dbias: bool) -> Optional[str]:
@@ -110,18 +91,13 @@ def _class(q, k, bias, spec: AttentionSpec, need_dbias: bool) -> Optional[str]:
     return None if shape is None else site_class(spec, bias is not None, need_dbias, shape[1], shape[2], shape[0])
 
 
-def lookup(key: Optional[str]) -> Optional[Measurement]:
-    entry = cache.get(key) if key else None
-    return Measurement.from_entry(entry) if entry else None
-
-
 def describe(m: Measurement, cls: str, plat: Optional[dict] = None) -> str:
     from ..cudnn.versions import describe as version
     p = plat or platform()
     took = f", measuring took {m.seconds:.1f} s" if m.seconds else ""
-    rounds = f"cuDNN faster in {m.wins} of {len(m.ratios)} rounds" if m.ratios else f"noise {100 * m.noise:.0f}%"
     return (f"measured: the graph ran {m.te_ms:.3f} ms with its {cls} sites on cuDNN vs {m.tc_ms:.3f} ms on "
-            f"torch.compile, {rounds} ({p['gpu']}, cuDNN {version(p['cudnn'])}{took})")
+            f"torch.compile, cuDNN faster in {m.wins} of {len(m.ratios)} rounds ({p['gpu']}, cuDNN "
+            f"{version(p['cudnn'])}{took})")
 
 
 _notes: dict = {}
@@ -145,7 +121,7 @@ def _served(spec: AttentionSpec, q, note: str) -> None:
 def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
                  cuda_graphs: bool = False) -> Optional[str]:
     """Why the site stays with torch.compile for speed, or None (serve it on cuDNN)."""
-    from ..rules import served_note as rule_note, slower_reason
+    from ..rules import MEASURED_ON, decide, slower_reason
     if spec.impl != "cudnn" or cuda_graphs:
         return slower_reason(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)
     cls = _class(q, k, bias, spec, need_dbias)
@@ -161,23 +137,21 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
     if m is None:
         why = slower_reason(q, k, v, bias, spec, needs_grad, need_dbias)
         if not why:
-            _served(spec, q, rule_note(q, k, v, bias, spec, needs_grad, need_dbias) + "; not measured here: "
-                    "te-compile tune")
+            _served(spec, q, f"{decide(q, k, v, bias, spec, needs_grad, need_dbias)[1]} ({MEASURED_ON}); not "
+                    "measured here: te-compile tune")
         return why
     if serve_on_cudnn(m):
         _served(spec, q, f"served: {describe(m, cls)}")
         return None
     what = "training step" if needs_grad else "forward"
-    if entry.get("scope") == "model":
-        return Reason(f"kept for speed ({what} of the whole model, te_compile.tune): the model measured "
-                      f"{m.te_ms:.3f} ms with its measured-faster sites on cuDNN vs {m.tc_ms:.3f} ms with plain "
-                      f"torch.compile, cuDNN faster in {m.wins} of {len(m.ratios)} rounds; its graph measured faster, "
-                      "the model's host time outside its graphs did not allow it (te_compile.model_check); "
-                      "te_compile.backend(serve='always') serves it anyway", SLOWER)
-    return Reason(f"kept for speed ({what}): {describe(m, cls)}; cuDNN must win by {100 * MIN_MARGIN:.0f}% in the "
-                  "median round and in nearly every round (te_compile.tuning); te_compile.backend(serve='always') "
-                  "serves it anyway", SLOWER)
+    why = (f"{what} of the whole model, te_compile.tune): the model measured {m.te_ms:.3f} ms with its measured-"
+           f"faster sites on cuDNN vs {m.tc_ms:.3f} ms with plain torch.compile, cuDNN faster in {m.wins} of "
+           f"{len(m.ratios)} rounds; its graph measured faster, the model's host time outside its graphs did not allow "
+           "it (te_compile.model_check)" if entry.get("scope") == "model" else
+           f"{what}): {describe(m, cls)}; cuDNN must win by {100 * MIN_MARGIN:.0f}% in the median round and in nearly "
+           "every round (te_compile.tuning)")
+    return Reason(f"kept for speed ({why}; te_compile.backend(serve='always') serves it anyway", SLOWER)
 
 
-__all__ = ["progress_echo", "speed_reason", "served_note", "measuring", "progress", "is_measuring", "lookup",
+__all__ = ["progress_echo", "speed_reason", "served_note", "measuring", "progress", "is_measuring",
            "describe", "platform", "graph", "forcing", "GraphScope"]

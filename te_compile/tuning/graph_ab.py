@@ -1,19 +1,12 @@
 """Measurement on request: a graph timed with the sites of one class on cuDNN and with them on torch.compile.
 
-When measuring (``te_compile.tune``, ``mode="max-autotune"``), each class of sites a graph holds that cuDNN can
-serve (te_compile.rules.site_class: plain, causal band, sliding window, score_mod, ...) gets one A/B: the graph
-rewritten with those sites on cuDNN and with them kept (every other site as the cache or the rules decide it),
-both compiled with Inductor and timed whole (forward, or forward + backward when it needs gradients) in
-alternating rounds on the graph's own inputs. The class is served when the graph with it on cuDNN wins by the
-rule of ``timing.serve_on_cudnn``. What a site costs inside a model depends on the graph around it (the rest of
-its GPU work, the host time of the whole call, layouts and fusions around a custom op), so the graph is what is
-timed, not the site alone. The verdict is cached under the graph's signature (its structure, shapes, dtypes and
-the platform, not its node names) and the class, so a later compile of the same graph measures nothing and
-follows it.
-
-Nothing is measured (the rules decide) under CUDA graphs, with symbolic shapes, without real inputs, or when the
-graph writes into one of its inputs (timing would run the write again and again). Random number generator states
-are restored after timing, so measuring does not change a model's dropout.
+Each class of sites cuDNN can serve (te_compile.rules.site_class) gets one A/B: the graph rewritten with those sites
+on cuDNN and with them kept (every other site as the cache or the rules decide it), both compiled with Inductor and
+timed whole (forward, or forward + backward) in alternating rounds on the graph's own inputs: what a site costs
+depends on the graph around it, so the graph is what is timed. The verdict is cached under the graph's signature
+(structure, shapes, dtypes, platform; not node names) and the class. Nothing is measured under CUDA graphs, with
+symbolic shapes, without real inputs, or when the graph writes into an input; random number generator states are
+restored after timing.
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ import torch
 
 from ..fxcopy import copy_module
 from . import cache
-from .timing import Measurement, measure_pair, serve_on_cudnn, wall_timer
+from .timing import Measurement, measure_pair, serve_on_cudnn, step, wall_timer
 
 log = logging.getLogger("te_compile")
 #: the length of one timed round of one variant, ms
@@ -138,22 +131,6 @@ def rng_restored() -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda)
 
 
-def _step(compiled: Callable, inputs: list[Any], needs_grad: bool) -> Callable[[], object]:
-    leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
-    if not needs_grad:
-        def infer() -> object:
-            with torch.no_grad():
-                return compiled(*inputs)
-        return infer
-
-    def train() -> object:
-        outs = compiled(*inputs)
-        outs = [o for o in (outs if isinstance(outs, (list, tuple)) else [outs])
-                if isinstance(o, torch.Tensor) and o.requires_grad]
-        return torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs], allow_unused=True)
-    return train
-
-
 def _compile(gm: torch.fx.GraphModule, inputs: list[Any], needs_grad: bool) -> Callable:
     """Inductor on ``gm``, outside Dynamo's tracing context, the backward compiled with the forward (a backward
     compiled lazily inside a compile would wait for Dynamo's lock: on a GPU the autograd engine runs the backward
@@ -172,9 +149,10 @@ def measure_graph(served: torch.fx.GraphModule, kept: torch.fx.GraphModule, inpu
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     t0 = time.perf_counter()
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+    leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
     with unset_fake_temporarily(), rng_restored():
-        te = _step(compile_fn(served, inputs, needs_grad), inputs, needs_grad)
-        tc = _step(compile_fn(kept, inputs, needs_grad), inputs, needs_grad)
+        te, tc = (compile_fn(g, inputs, needs_grad) for g in (served, kept))
+        te, tc = (step(lambda f=f: f(*inputs), leaves, needs_grad) for f in (te, tc))
         sync = torch.cuda.synchronize if cuda else None
         m = measure_pair(te, tc, timer=timer or wall_timer(sync), target_ms=ROUND_MS)
     return Measurement(m.te_ms, m.tc_ms, m.noise, m.rounds, time.perf_counter() - t0, m.ratios)

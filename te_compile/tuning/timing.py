@@ -1,15 +1,10 @@
 """Timing two variants of a graph (or a model), and the decision that follows from the numbers.
 
-``measure_pair`` runs te_compile's variant and torch.compile's in alternating rounds (so drift in clocks or
-host load falls on both), each round a loop of calls after warm-up (as many as fill ``target_ms``), and reports
-each side's median over rounds, the noise (the spread of the rounds, leaving out the fastest and the slowest one
-when there are four or more) and each round's ratio torch.compile / cuDNN. The two sides of a round run back to
-back, so drift in clocks or host load moves both: the decision reads those paired ratios. ``serve_on_cudnn`` says
-cuDNN wins when the median ratio is at least ``1 + MIN_MARGIN`` and cuDNN was faster in all rounds but a few (a
-sign test: ``allowed_losses``); when unsure after ``rounds``, ``measure_pair`` runs as many rounds again, once, and
-when still unsure the sites stay with torch.compile. A host-bound variant's round times spread widely while it
-still wins every round; a rule on the spread of absolute times kept such sites.
-The timer is a parameter, so the decision is tested on the CPU with a fake one.
+``measure_pair`` runs te_compile's variant and torch.compile's back to back in alternating rounds (drift in
+clocks or host load moves both), each round a loop of calls after warm-up, and keeps each round's ratio
+torch.compile / cuDNN. ``serve_on_cudnn``: the median ratio is at least ``1 + MIN_MARGIN`` and cuDNN was faster
+in all rounds but a sign test's few (``allowed_losses``); when unsure, as many rounds again, once. The timer is a
+parameter, so the decision is tested on the CPU with a fake one.
 """
 
 from __future__ import annotations
@@ -18,7 +13,9 @@ import dataclasses
 import math
 import statistics
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Mapping, Optional
+
+import torch
 
 #: the smallest advantage that serves a site on cuDNN (relative), whatever the measured noise
 MIN_MARGIN = 0.03
@@ -36,7 +33,7 @@ class Measurement:
     rounds: int
     #: seconds the measurement took (warm-up included): part of compile time
     seconds: float = 0.0
-    #: torch.compile ms / cuDNN ms of each round (empty in a cache entry written before they were kept)
+    #: torch.compile ms / cuDNN ms of each round
     ratios: tuple[float, ...] = ()
 
     @property
@@ -50,11 +47,13 @@ class Measurement:
 
     @staticmethod
     def from_entry(e: dict) -> Optional["Measurement"]:
+        """The entry's measurement; None when it is unreadable or has no round ratios (the rules decide then)."""
         try:
-            return Measurement(float(e["te_ms"]), float(e["tc_ms"]), float(e["noise"]), int(e["rounds"]),
-                               float(e.get("seconds", 0.0)), tuple(float(r) for r in e.get("ratios") or ()))
+            m = Measurement(float(e["te_ms"]), float(e["tc_ms"]), float(e["noise"]), int(e["rounds"]),
+                            float(e.get("seconds", 0.0)), tuple(float(r) for r in e.get("ratios") or ()))
         except (KeyError, TypeError, ValueError):
             return None
+        return m if m.ratios else None
 
 
 def allowed_losses(n: int) -> int:
@@ -71,9 +70,7 @@ def allowed_losses(n: int) -> int:
 
 def serve_on_cudnn(m: Measurement) -> bool:
     """cuDNN is faster: the median round ratio is at least 1 + MIN_MARGIN and cuDNN won all rounds but
-    ``allowed_losses``. A cache entry without round ratios uses the older rule: faster by more than the noise."""
-    if not m.ratios:
-        return m.te_ms * (1.0 + max(MIN_MARGIN, m.noise)) < m.tc_ms
+    ``allowed_losses``."""
     return (statistics.median(m.ratios) >= 1.0 + MIN_MARGIN
             and len(m.ratios) - m.wins <= allowed_losses(len(m.ratios)))
 
@@ -82,6 +79,34 @@ def undecided(ratios: list[float]) -> bool:
     """Worth more rounds: the median says cuDNN wins by the margin, too many rounds say otherwise."""
     return (statistics.median(ratios) >= 1.0 + MIN_MARGIN
             and sum(r <= 1.0 for r in ratios) > allowed_losses(len(ratios)))
+
+
+def tensors(x: Any) -> list[torch.Tensor]:
+    """Every tensor in ``x`` (tensors, tuples, lists, dicts and dict-like outputs)."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, Mapping):
+        x = list(x.values())
+    if isinstance(x, (list, tuple)):
+        return [t for item in x for t in tensors(item)]
+    return []
+
+
+def step(call: Callable[[], object], leaves: list, needs_grad: bool) -> Callable[[], object]:
+    """One timed call: ``call()`` without grad, or ``call()`` and the gradients of ``leaves`` of its floating outputs
+    that require grad (nothing accumulates into ``.grad``)."""
+    if not needs_grad:
+        def infer() -> object:
+            with torch.no_grad():
+                return call()
+        return infer
+
+    def train() -> object:
+        outs = [o for o in tensors(call()) if o.requires_grad and o.is_floating_point()]
+        if not outs or not leaves:
+            return outs
+        return torch.autograd.grad(outs, leaves, [torch.ones_like(o) for o in outs], allow_unused=True)
+    return train
 
 
 def wall_timer(sync: Optional[Callable[[], None]] = None) -> Timer:
@@ -135,4 +160,4 @@ def measure_pair(te: Callable[[], object], tc: Callable[[], object], timer: Time
 
 
 __all__ = ["Measurement", "measure_pair", "serve_on_cudnn", "spread", "wall_timer", "allowed_losses", "undecided",
-           "MIN_MARGIN", "Timer"]
+           "MIN_MARGIN", "Timer", "step", "tensors"]
