@@ -8,7 +8,8 @@ In one process, per shape:
   off), against aten's cuDNN SDPA ops
   (``_scaled_dot_product_cudnn_attention`` and its backward), for no mask and causal;
 * compiled flex forward calls (no grad): te_compile (serve="always", with and without replays) against plain
-  torch.compile (Inductor), for no mask, causal, a sliding window and softcap.
+  torch.compile (Inductor), for no mask, causal, a sliding window and softcap; Inductor's call is measured
+  twice, as two rows (A/A: the measurement's own noise).
 
 Host µs per call: a loop of --iters calls without a sync, timed on the host. The calls compared in one group
 (the op calls of one shape and mask; te_compile's and Inductor's compiled call of one variant) take turns, one
@@ -139,6 +140,8 @@ def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> 
             calls[f"compiled flex fwd ({impl})"] = lambda compiled=compiled: compiled(q, k, v)
             if impl == "te_compile":  # the same compiled call with the native path's replays off
                 calls["compiled flex fwd (te_compile, no replays)"] = calls[f"compiled flex fwd ({impl})"]
+        # Inductor's call measured twice, as its own row: the measurement's noise (A/A)
+        calls["compiled flex fwd (Inductor, A/A)"] = calls["compiled flex fwd (Inductor)"]
         with torch.no_grad():
             host = host_us(calls, iters, repeats, setup=lambda name: native.set_replay("no replays" not in name))
             for name, call in calls.items():

@@ -7,7 +7,7 @@ reads the part it needs from it instead of keeping a table of its own:
   that become several IR ops, such as ``clamp`` or ``rsub``, stay translations there);
 * ``torch_fn`` and ``result``: its torch evaluation and result kind (ir.evaluate, ir.kind_of);
 * ``deriv``: its derivative rule (ir.derivative), None where there is none;
-* ``at_neg_inf``: its value where the score is -inf, from its operands' (cudnn/lowering.py), None when
+* ``at_neg_inf``: its value where the score is -inf, from its operands' (lowering.py), None when
   NaN is possible or not known;
 * ``cudnn``: how emit.py emits it (a ``Cudnn`` style and pointwise op), or ``NotOnCudnn`` and why;
 * ``infix``: its readable Python form (infix.py).

@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
+from . import prefix
 from .layout import size_hints
+from .lowering import lower
 from .reasons import SLOWER, Reason
 from .spec import AttentionSpec
 
@@ -91,9 +93,6 @@ RULES: dict[str, Rule] = {
 
 def site_class(spec: AttentionSpec, has_bias: bool, need_dbias: bool, L: int, S: int, H: int = 0) -> str:
     """The rule's class of a site, from what the lowering decided for it."""
-    from .cudnn import prefix
-    from .cudnn.lowering import lower
-
     if spec.source != "flex":
         if not has_bias:
             return "sdpa"

@@ -9,7 +9,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import te_compile
 from te_compile import alibi, ir
-from te_compile.cudnn import lowering
+from te_compile import lowering
 
 CAUSAL = "(ge q_idx kv_idx)"
 ALIBI = "(add score (mul (in 0) (sub kv_idx q_idx)))"

@@ -154,7 +154,7 @@ def test_bottom_right_causal(score):
         return flex_attention(q, k, v, score_mod=SCORE_MODS[score], block_mask=bm, return_lse=True)
 
     report = _served_and_matches(fn, q, k, v, dout)
-    from te_compile.cudnn.lowering import lower
+    from te_compile.lowering import lower
     spec = report.decisions[0].spec
     assert (lower(spec, (L, S)).band == (None, S - L)) == (score == "none"), spec
 
@@ -177,7 +177,7 @@ def test_symmetric_window_is_a_native_band(name, mm, band):
         return flex_attention(q, k, v, block_mask=bm, return_lse=True)
 
     report = _served_and_matches(fn, q, k, v, dout)
-    from te_compile.cudnn.lowering import lower
+    from te_compile.lowering import lower
     assert lower(report.decisions[0].spec, (L, L)).band == band, report.decisions[0].spec
 
 
@@ -245,9 +245,9 @@ PREFIX_MASKS = {
 def test_prefix_lm_runs_as_two_native_calls(spelling, L, S, P, hkv, bshd):
     """A prefix-LM mask (bidirectional over the first P keys, causal after them) runs as every query over
     the prefix keys plus the later queries over the later keys with native causal, merged by lse
-    (te_compile.cudnn.prefix), and matches eager flex: out, lse, and q/k/v gradients with a loss that reads
+    (te_compile.prefix), and matches eager flex: out, lse, and q/k/v gradients with a loss that reads
     the lse too (the dlse path of both calls)."""
-    from te_compile.cudnn import prefix
+    from te_compile import prefix
 
     g = torch.Generator(device="cuda").manual_seed(0)
 
@@ -300,7 +300,7 @@ def _cudnn_alibi(heads: int):
 def test_alibi_causal_with_cudnn_slopes(heads, hkv, L, S):
     """ALiBi + causal whose slopes are cuDNN's: served by cuDNN's native ALiBi (use_alibi_mask) where queries
     and keys are as many, emitted otherwise; forward and backward match eager flex either way."""
-    from te_compile.cudnn import lowering
+    from te_compile import lowering
 
     g = torch.Generator(device="cuda").manual_seed(1)
     q = torch.randn(2, heads, L, 64, device="cuda", generator=g, dtype=torch.bfloat16)

@@ -1,11 +1,11 @@
-"""The prefix-LM split (te_compile.cudnn.prefix) is exact: its two calls and lse merge, run on the reference
+"""The prefix-LM split (te_compile.prefix) is exact: its two calls and lse merge, run on the reference
 math in float64, give the full prefix-LM mask's out, lse and gradients (the GPU test runs it on cuDNN)."""
 
 import pytest
 import torch
 
 from te_compile import reference
-from te_compile.cudnn import prefix
+from te_compile import prefix
 from te_compile.spec import AttentionSpec
 
 

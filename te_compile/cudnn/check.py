@@ -23,8 +23,9 @@ from .. import ir
 from ..layout import concrete as _concrete, contiguous_strides, like_layout_strides
 from ..reasons import NOT_EXACT, NOT_ON_CUDNN, Reason
 from ..spec import AttentionSpec
-from . import prefix, versions
-from .lowering import lower
+from .. import prefix
+from . import versions
+from ..lowering import lower
 
 #: largest head dim cuDNN's sm90 SDPA serves forward *and* backward (cuDNN 9.x)
 MAX_HEAD_DIM = 256

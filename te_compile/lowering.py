@@ -29,9 +29,9 @@ import functools
 import math
 from typing import Optional
 
-from .. import alibi, ir
-from ..opdefs import OPS, Cudnn, NotOnCudnn
-from ..spec import AttentionSpec
+from . import alibi, ir
+from .opdefs import OPS, Cudnn, NotOnCudnn
+from .spec import AttentionSpec
 
 #: integer powers up to this magnitude are emitted as products (cuDNN's pow of a negative base is
 #: NaN even for integer exponents: pow(score * c, 2) gave NaN)
