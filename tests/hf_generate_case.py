@@ -7,8 +7,9 @@ note] as its graphs were compiled.
     python3 tests/hf_generate_case.py {plain|te_compile|te_compile-always} {sdpa|flex_attention} {default|reduce-overhead|reduce-overhead-called}
 
 ``reduce-overhead-called``: the compiled forward is called from a plain Python function (as a user's wrapper
-would). On torch 2.11 that is the setup in which plain torch.compile dies with a segfault (an overwritten
-CUDA-graph output reaches Inductor's static launcher) rather than raising; te_compile must raise.
+would). Under reduce-overhead plain torch.compile's process can die with a segfault on torch 2.11 (an overwritten
+CUDA-graph output reaches Inductor's static launcher) rather than raise; te_compile must raise
+(docs/cudnn-notes.md, "A segfault under CUDA graphs").
 """
 
 import contextlib
