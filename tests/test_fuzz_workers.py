@@ -120,3 +120,64 @@ def test_each_result_records_its_errors_and_tolerances(tmp_path):
     for r in passed:
         assert {"out", "lse"} <= set(r["errors"]), r["errors"]
         assert all(err <= tol for err, tol, _ in r["errors"].values()), r["errors"]
+
+
+# a stand-in worker that reports a wrong case, then hangs (a run that a timeout stops)
+HANGING = r"""
+import json, sys, time
+path = sys.argv[1]
+with open(path, "a") as f:
+    f.write(json.dumps({"outcome": "wrong", "case": "0", "detail": "out err 1 > tol 0.01"}) + "\n")
+print("--- WRONG: case 0: out err 1 > tol 0.01", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_stopped_run_keeps_and_prints_what_its_workers_finished(monkeypatch, tmp_path, capsys):
+    """A run stopped from outside (a timeout's SIGTERM) stops its workers, prints their reports of wrong cases
+    and returns the cases that finished, instead of ending with nothing."""
+    cases = fuzz.cases_for(4, 5, "cpu", False)[:4]
+    procs = []
+
+    def start(a, i, resume, path):
+        log = open(f"{path}.{resume}.out", "w")
+        proc = subprocess.Popen([sys.executable, "-c", HANGING, path], stdout=log)
+        proc.log = log
+        procs.append(proc)
+        return proc
+
+    waited, real_sleep = [], fuzz.time.sleep
+
+    def sleep(s):  # the supervisor's poll: the stop comes once both workers wrote their case
+        waited.append(s)
+        if len(waited) > 600:
+            raise AssertionError("the workers never wrote")
+        if sum(fuzz._count_lines(p) for p in tmp_path.glob("fuzz-shards-*/shard*.jsonl")) == 2:
+            raise fuzz._Stop()
+        real_sleep(0.05)
+
+    monkeypatch.setattr(fuzz, "_start_worker", start)
+    monkeypatch.setattr(fuzz.time, "sleep", sleep)
+    a = argparse.Namespace(jobs=2, json=str(tmp_path / "f.jsonl"), seed=5, device="cpu", cases=4, no_peers=True, emit=[])
+    results = fuzz._parallel(a, cases)
+    assert [r["outcome"] for r in results] == ["wrong", "wrong"]
+    assert all(p.poll() is not None for p in procs)  # no worker left running
+    captured = capsys.readouterr()
+    assert captured.out.count("--- WRONG: case 0") == 2
+    assert "stopped before the end" in captured.err
+
+
+def test_a_wrong_case_is_named_on_stderr_when_it_happens(monkeypatch, capsys):
+    import io
+    monkeypatch.setattr(fuzz, "compare", lambda c, device, backend: ("wrong", "out err 1 > tol 0.01", []))
+    monkeypatch.setattr(fuzz, "_prepare", lambda device: None)
+    c = fuzz.cases_for(1, 3, "cpu", False)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fuzz.run_cases([c], "cpu", out=io.StringIO(), tag="shard 1/4: ")
+    err = capsys.readouterr().err
+    assert f"fuzz shard 1/4: WRONG: {c.describe()}: out err 1 > tol 0.01" in err
+    import shlex
+    rerun = shlex.split(err.split("rerun it alone: ")[1])
+    assert rerun[:6] == ["python", "-m", "tools.fuzz", "--device", "cpu", "--case"]
+    assert fuzz.Case.from_json(rerun[6]) == c

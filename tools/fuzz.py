@@ -32,6 +32,7 @@ import math
 import os
 import random
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -796,6 +797,9 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
             via = f" (reference fallback in {fell_back} call(s))" if fell_back else ""
             print(f"--- {outcome.upper()}: {c.describe()}: {detail}{via}", file=out)
             print(reproducer(c, device), file=out)
+            # at once on stderr as well (where the progress goes), so a run stopped before its end still names it
+            print(f"fuzz {tag}{outcome.upper()}: {c.describe()}: {detail[:300]}{via}; rerun it alone: python -m "
+                  f"tools.fuzz --device {device} --case {shlex.quote(c.to_json())}", file=sys.stderr, flush=True)
         elif verbose:
             print(f"{outcome}: {c.describe()} {detail} {reasons}", file=out)
         out.flush()
@@ -862,6 +866,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         cases = cases_for(a.cases, a.seed, a.device, not a.no_peers)
     if a.jobs > 1 and not a.case:
+        import signal
+        signal.signal(signal.SIGTERM, _on_sigterm)
         results = _parallel(a, cases)
     else:
         i, n = (int(x) for x in a.shard.split("/"))
@@ -872,7 +878,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             for r in results:
                 f.write(json.dumps(r) + "\n")
     line = summary(results, a.device)
-    print(f"{line}; seed {a.seed}, {_platform(a.device)}")
+    cut = f" (stopped after {len(results)} of {len(cases)} cases)" if len(results) < len(cases) else ""
+    print(f"{line}; seed {a.seed}, {_platform(a.device)}{cut}")
     bad = sum(r["outcome"] in ("wrong", "crash") for r in results)
     return 1 if bad else 0
 
@@ -922,6 +929,43 @@ def _parallel(a: argparse.Namespace, cases: list[Case]) -> list[dict]:
     tmp = tempfile.mkdtemp(prefix=f"fuzz-shards-{a.seed}-", dir=os.path.dirname(os.path.abspath(a.json)) if a.json else None)
     shards = [(i, cases[i::a.jobs], os.path.join(tmp, f"shard{i}.jsonl")) for i in range(a.jobs)]
     live = {i: _start_worker(a, i, 0, path) for i, _, path in shards}
+    try:
+        _supervise(a, shards, live)
+    except (_Stop, KeyboardInterrupt):  # stopped (a timeout's SIGTERM, Ctrl-C): keep what the workers finished
+        for proc in live.values():
+            proc.terminate()
+        for proc in live.values():
+            proc.wait()
+            proc.log.close()
+            _echo_log(proc.log.name)
+        print("fuzz: stopped before the end; the summary counts the cases that finished", file=sys.stderr,
+              flush=True)
+    results = []
+    for _, _, path in shards:
+        if os.path.exists(path):
+            with open(path) as f:
+                results += [json.loads(ln) for ln in f if ln.strip()]
+    return results
+
+
+class _Stop(Exception):
+    """SIGTERM reached the --jobs parent."""
+
+
+def _on_sigterm(signum, frame):  # noqa: ARG001 - a signal handler's signature
+    raise _Stop()
+
+
+def _echo_log(name: str) -> None:
+    """Print a worker's report of its wrong / crashed cases (its log, less the progress lines)."""
+    with open(name) as f:
+        lines = [ln.rstrip("\n") for ln in f if not ln.startswith("fuzz ")]
+    if lines:
+        print("\n".join(lines), flush=True)
+
+
+def _supervise(a: argparse.Namespace, shards: list, live: dict) -> None:
+    """Wait for the workers; restart one that died or ended on a poisoned context after the case it was on."""
     while live:
         for i, shard, path in shards:
             proc = live.get(i)
@@ -929,10 +973,7 @@ def _parallel(a: argparse.Namespace, cases: list[Case]) -> list[dict]:
                 continue
             proc.wait()
             proc.log.close()
-            with open(proc.log.name) as f:  # the worker's report of its wrong / crashed cases
-                lines = [ln.rstrip("\n") for ln in f if not ln.startswith("fuzz ")]
-            if lines:
-                print("\n".join(lines), flush=True)
+            _echo_log(proc.log.name)
             done = _count_lines(path)
             del live[i]
             if done < len(shard):  # the worker died on case `done` without writing it
@@ -948,12 +989,6 @@ def _parallel(a: argparse.Namespace, cases: list[Case]) -> list[dict]:
                 if done < len(shard):
                     live[i] = _start_worker(a, i, done, path)
         time.sleep(0.2)
-    results = []
-    for _, _, path in shards:
-        if os.path.exists(path):
-            with open(path) as f:
-                results += [json.loads(ln) for ln in f if ln.strip()]
-    return results
 
 
 def _count_lines(path: str) -> int:
