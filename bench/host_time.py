@@ -169,7 +169,7 @@ def main() -> int:
         rows += op_rows(B, H, L, D, a.iters, a.repeats, log)
         rows += flex_rows(B, H, L, D, a.iters, a.repeats, log)
     if a.json:
-        save(a.json, rows)
+        save(a.json, rows, a.iters, a.repeats)
     return 0
 
 
@@ -184,12 +184,12 @@ def _cpu() -> str:
     return platform.processor()
 
 
-def save(path: str, rows: list) -> None:
+def save(path: str, rows: list, iters: int, repeats: int) -> None:
     from te_compile.cudnn import native
     from te_compile.cudnn.versions import running
     meta = {"device": torch.cuda.get_device_name(), "host": f"{_cpu()}, {os.cpu_count()} cores",
             "torch": torch.__version__, "cudnn": running(), "native": native.status(),
-            "date": datetime.date.today().isoformat()}
+            "date": datetime.date.today().isoformat(), "iters": iters, "repeats": repeats}
     with open(path, "w") as f:
         json.dump({**meta, "rows": rows}, f, indent=1)
 

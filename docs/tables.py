@@ -118,7 +118,7 @@ def render(link_prefix: str) -> str:
 
 
 #: one block per card
-HOST_TIMES = ("docs/data/host-time-replays-h200-919-2026-11-28.json", "docs/data/host-time-replays-h100-919-2026-11-28.json")
+HOST_TIMES = ("docs/data/host-time-aa-h200-919-2026-11-28.json", "docs/data/host-time-replays-h100-919-2026-11-28.json")
 #: bench/host_time.py's call names -> the table's row labels, in the table's order
 HOST_ROWS = (("te op fwd (native)", "te op fwd, native"), ("te op fwd (native, no replays)", "te op fwd, native, no replays"),
              ("te op fwd (python)", "te op fwd, Python path"), ("aten cuDNN SDPA fwd", "aten cuDNN SDPA fwd"),
@@ -161,7 +161,8 @@ def _host_time_block(path: str, link_prefix: str) -> list[str]:
         data = json.load(f)
     name = os.path.basename(path)
     out = [f"Host µs per call, **{data['device']} ({data['host']}), torch {data['torch']}, cuDNN "
-           f"{data['cudnn'] // 10000}.{data['cudnn'] // 100 % 100}, {data['date']}**; raw rows: "
+           f"{data['cudnn'] // 10000}.{data['cudnn'] // 100 % 100}, {data['date']}**; loops of {data['iters']} calls, "
+           f"median of {data['repeats']} rounds; raw rows: "
            f"[{name}]({link_prefix}{name}).", "", "The ops, called as a compiled graph calls them:", ""]
     out += _grid(data["rows"], HOST_ROWS, ("te op", "aten"))
     out += ["", "A compiled flex forward call (no grad; te_compile with `serve=\"always\"`):", ""]
@@ -332,9 +333,9 @@ def render_summary(link_prefix: str) -> str:
         f"{_span([r['ratio'] for rows in long for r in rows if r['served']])}x, geometric mean "
         f"{_span([_geomean([r['ratio'] for r in rows]) for rows in long])}x), and for an SDPA bias that needs a "
         f"gradient ({_span([r['ratio'] for r in bias])}x). Plain SDPA runs the same cuDNN kernels as torch.compile "
-        "and is kept. Short steps are host-bound, sliding windows and prefix-LM lose on host time, and sparse "
-        "document masks stay with Inductor's block-sparse kernel; the default policy keeps all of those, so they run "
-        "at torch.compile's speed."])
+        "and is kept. Steps under 4096 tokens are host-bound, prefix-LM under 8192 tokens and models' sliding "
+        "windows of 512 keys measured no faster, and sparse document masks stay with Inductor's block-sparse kernel; "
+        "the default policy keeps all of those, so they run at torch.compile's speed."])
 
 
 def render_flex_tuned(link_prefix: str) -> str:
@@ -799,17 +800,15 @@ HF_GRAPH_4X1024 = [DATA + f"hf-graph-check-4x1024-h200-919-2026-11-27-{m}.json" 
 def render_hf_4096(link_prefix: str) -> str:
     """Hugging Face models at 1x4096 under the cost model and with every site served; the 4x1024 graph check."""
     default, always = _rows(HF_4096["default"]), _rows(HF_4096["always"])
-    out = [GENERATED,
-           "Serving every site is slower at these sizes, also at batch 1 x 4096 tokens (`--models llama,gemma2`; data "
-           f"{_ln(HF_4096['default'], link_prefix)} (default), {_ln(HF_4096['always'], link_prefix)} (always)):", "",
-           "| model | attn impl | default: served / kept | default train | default infer | always: train te_compile / "
-           "torch.compile ms | always train | always infer |", "|---|---|---|---|---|---|---|---|"]
     for d, a in zip(default, always):
         _need((d["model"], d["impl"]) == (a["model"], a["impl"]) and a["kept"] == 0, "the same models, all served")
         _need(a["train_ratio"] < 1, "serving every site is slower in training")
-        out.append(f"| {d['model']} | {d['impl']} | {d['cudnn']} / {d['kept']} | {_x(d['train_ratio'])} | "
-                   f"{_x(d['infer_ratio'])} | {a['train']['te_compile']:.2f} / {a['train']['torch.compile']:.2f} | "
-                   f"{_x(a['train_ratio'])} | {_x(a['infer_ratio'])} |")
+    out = [GENERATED,
+           "Serving every site is slower at these sizes, also at batch 1 x 4096 tokens: Llama and Gemma-2 with sdpa and "
+           f"flex_attention ran training steps at {_span([a['train_ratio'] for a in always])}x of torch.compile and "
+           f"inference at {_span([a['infer_ratio'] for a in always])}x, where the default (every site kept) ran "
+           f"{_span([d[f'{m}_ratio'] for d in default for m in ('train', 'infer')])}x (data "
+           f"{_ln(HF_4096['default'], link_prefix)} (default), {_ln(HF_4096['always'], link_prefix)} (always))."]
     graph = [_hf(p)[1] for p in HF_GRAPH_4X1024]
     _need(all(r[f"{m}_sites"]["cudnn"] == 0 for r in graph for m in ("train", "infer")), "every 4x1024 site is kept")
     out += ["", f"With measured decisions at 4x1024 (H200, 9.19, {_date(HF_GRAPH_4X1024[0])}, after the whole-graph "
@@ -980,7 +979,15 @@ def render_history_native(link_prefix: str) -> str:
         f"{_span(more, '{:.0f}')} µs more than Inductor's in the {len(more)} of {len(comp)} variants where Inductor's "
         f"flex forward costs less ({_ln(HOST_TIME_COMPILED, link_prefix, 'data')}; "
         f"{_ln(HOST_TIME_STEPS, link_prefix, 'a native call' + chr(39) + 's steps')}). CUDA-graph replays of cuDNN's "
-        "execute then gave the table above."])
+        f"execute then gave the table above (its first run on the H200: {_ln(HOST_TIME_REPLAYS_H200, link_prefix, 'data')}"
+        "). The first training sweeps on the native path, whose rule kept the sliding windows, are superseded by the "
+        f"default-policy table ({_ln(NATIVE_TRAIN[0], link_prefix, 'H200')}, {_ln(NATIVE_TRAIN[1], link_prefix, 'H100')})."])
+
+
+#: superseded runs that te_compile/rules.py or docs/cudnn-notes.md still cite
+HOST_TIME_REPLAYS_H200 = "docs/data/host-time-replays-h200-919-2026-11-28.json"
+NATIVE_TRAIN = ("docs/data/sweep-flex-train-h200-919-2026-11-28.json",
+                "docs/data/sweep-flex-train-h100-919-2026-11-28-1x32x4096x128x8.json")
 
 
 def render_sdpa_and_bias(link_prefix: str) -> str:
@@ -997,9 +1004,7 @@ BENCHMARKS = {"docs/benchmarks.md": "data/"}
 
 
 #: table name -> (renderer, {file: how it links to docs/data/})
-NATIVE_SWEEPS = (("forward only", "docs/data/sweep-flex-infer-h200-919-2026-11-28.json"),
-                 ("training step", "docs/data/sweep-flex-train-h200-919-2026-11-28.json"))
-NATIVE_GQA = (("training step", "docs/data/sweep-flex-train-h100-919-2026-11-28-1x32x4096x128x8.json"),)
+NATIVE_SWEEPS = (("forward only", "docs/data/sweep-flex-infer-h200-919-2026-11-28.json"),)
 
 
 def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
@@ -1015,7 +1020,9 @@ def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
     shape = ",".join(map(str, d0["rows"][0]["shape"]))
     links = ", ".join(f"[{what}]({link_prefix}{os.path.basename(path)})" for what, path, _ in runs)
     kinds = " / ".join(what for what, _, _ in runs)
-    out += [f"`bench/sweep.py --part flex --shape {shape} --always --control`{' (and `--infer`)' if len(runs) > 1 else ''}, "
+    infer = " --infer" if len(runs) == 1 and d0.get("infer") else ""
+    out += [f"`bench/sweep.py --part flex --shape {shape} --always --control{infer}`"
+            f"{' (and `--infer`)' if len(runs) > 1 else ''}, "
             f"**{d0['device']}, torch {d0['torch']}, cuDNN {d0['cudnn'] // 10000}.{d0['cudnn'] // 100 % 100}, "
             f"native call path with replays, 2026-11-28**; ratios are loop throughput (a loop of steps between two "
             f"events), torch.compile's time over the other's; \"always / kernels\" is `serve=\"always\"`'s loop time "
@@ -1044,6 +1051,86 @@ def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
     note = runs[-1][2].get("note")
     if note:
         out += ["", f"Training run: {note}."]
+    return "\n".join(out)
+
+
+#: the default policy against the better of serve="always" and plain torch.compile, per shape (JSON files of one
+#: shape: one process each, in the order they ran)
+DEFAULT_SWEEPS = tuple(tuple(f"docs/data/sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in shape) for shape in (
+    ("2x16x4096x128",), ("1x32x4096x128x8",), ("8x16x1024x64",),
+    ("1x16x16384x128-part1", "1x16x16384x128-part2")))
+HF_DEFAULT = "docs/data/hf-default-1x8192-h200-919-2026-11-28.json"
+
+
+def _aa(r: dict) -> tuple[float, float]:
+    return min(r["control_aa"]), max(r["control_aa"])
+
+
+def render_default_policy(link_prefix: str) -> str:
+    """The flex sweep's training steps at four shapes: per variant, what the default policy decided and its time
+    against the better of serve="always" and plain torch.compile (events, the best of three alternating rounds), with
+    the A/A spread of plain torch.compile against itself; then which rows fall short, computed."""
+    out = [GENERATED]
+    shapes = []
+    for paths in DEFAULT_SWEEPS:
+        rows = [r for p in paths for r in _rows(p)]
+        shapes.append((paths, rows))
+    d0 = _json(DEFAULT_SWEEPS[0][0])
+    links = ", ".join(f"[{_dims(rows[0]['shape'], True)}]({link_prefix}{os.path.basename(paths[0])})"
+                      + "".join(f" [(2)]({link_prefix}{os.path.basename(p)})" for p in paths[1:])
+                      for paths, rows in shapes)
+    out += [f"`bench/sweep.py --part flex --shape B,H,L,D[,Hkv] --always --control`, training steps, "
+            f"**{_gpu(d0)}, torch {d0['torch']}, cuDNN {_ver(d0['cudnn'])}, native call path, {d0['date']}**. A cell: the "
+            "default policy's decision, its step time over the better of `serve=\"always\"` and plain torch.compile "
+            "(< 1: slower than the better one), and plain torch.compile against itself (A/A, the noise floor). "
+            f"Data: {links}.", "",
+            "| variant | " + " | ".join(_dims(rows[0]["shape"], True) for _, rows in shapes) + " |",
+            "|---|" + "---|" * len(shapes)]
+    cases = list(dict.fromkeys(r["case"] for _, rows in shapes for r in rows))
+    short, slow, twins = [], [], []
+    for case in cases:
+        cells = []
+        for _, rows in shapes:
+            r = next((x for x in rows if x["case"] == case), None)
+            if r is None:
+                cells.append("-")
+                continue
+            lo, hi = _aa(r)
+            cells.append(f"{'served' if r['served'] else 'kept'} {r['vs_oracle']:.2f}x (A/A {lo:.2f}-{hi:.2f})")
+            where = f"{_case(r)} at {_dims(r['shape'], True)}"
+            if r["served"] and r["ratio"] < min(lo, 1.0):
+                slow.append(f"{where} ({r['ratio']:.2f}x)")
+            if r["shape"][2] >= 4096 and r["vs_oracle"] < 0.97:
+                short.append(f"{where} ({r['vs_oracle']:.2f}x, A/A {lo:.2f}-{hi:.2f})")
+            if r["served"]:  # the default and serve="always" ran the same compiled sites: te_compile against itself
+                twins.append(r["always"]["ms"] / r["te_compile"]["ms"])
+        out.append(f"| {case.removeprefix('flex ')} | " + " | ".join(cells) + " |")
+    out += ["", ("Served rows slower than plain torch.compile beyond the A/A spread: " + "; ".join(slow) + "."
+                 if slow else "No served row is slower than plain torch.compile beyond the A/A spread.")
+            + (" Rows at 4096 tokens or more below 0.97x of the better one: " + "; ".join(short) + "."
+               if short else " Every row at 4096 tokens or more is within 0.97x of the better one.")
+            + f" Where the default and `serve=\"always\"` served the same sites (the same compiled step twice), "
+              f"their times differ by {_span(twins)}x."]
+    return "\n".join(out)
+
+
+def render_hf_default(link_prefix: str) -> str:
+    """Hugging Face models at 1x8192 with flex_attention: the default policy against plain torch.compile and against
+    the better of it and serve="always", training and inference, with the A/A column."""
+    d = _json(HF_DEFAULT)
+    name = os.path.basename(HF_DEFAULT)
+    out = [GENERATED, f"`{d['command']}`, **{_gpu(d)}, torch {d['torch']}, cuDNN {_ver(d['cudnn'])}, native call path, "
+           f"{d['date']}**; ms per step, the best of three alternating rounds; {d['note']}. Data: "
+           f"[{name}]({link_prefix}{name}).", "",
+           "| model | sites on cuDNN (default) | step | default | always | torch.compile | default vs torch.compile "
+           "| default vs the better | A/A |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        for mode in ("train", "infer"):
+            t, sites = r[mode], r[mode + "_sites"]
+            out.append(f"| {MODELS.get(r['model'], r['model'])} | {sites['cudnn']} of {sites['sites']} | "
+                       f"{'training' if mode == 'train' else 'inference'} | {t['te_compile']:.2f} | {t['always']:.2f} | "
+                       f"{t['torch.compile']:.2f} | {r[mode + '_ratio']:.2f}x | {r[mode + '_vs_oracle']:.2f}x | "
+                       f"{r[mode + '_aa']:.2f}x |")
     return "\n".join(out)
 
 
@@ -1113,7 +1200,7 @@ TABLES = {NAME: (render, TARGETS), "host-time": (render_host_time, BENCHMARKS),
           "history-cost-model": (render_history_cost_model, BENCHMARKS),
           "history-native": (render_history_native, BENCHMARKS),
           "native-sweeps": (render_native_sweeps, BENCHMARKS),
-          "native-sweep-gqa": (lambda link: render_native_sweeps(link, NATIVE_GQA), BENCHMARKS),
+          "default-policy": (render_default_policy, BENCHMARKS), "hf-default": (render_hf_default, BENCHMARKS),
           "dist-steps": (render_dist_steps, {"docs/distributed.md": "data/"}),
           "dist-correctness": (render_dist_correctness, {"docs/distributed.md": "data/"})}
 
