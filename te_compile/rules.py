@@ -1,13 +1,11 @@
 """The default serve decision: one rule per site class, from measurements (no model, no fitted constants).
 
-What the lowering decided for a site (a native band, an emitted score_mod or mask, native ALiBi, the prefix-LM
-split, a bias with or without dBias, an SDPA form) names its class (``site_class``). Each class has one rule: keep
-it, or serve it from a number of query tokens on, where cuDNN's kernels are faster and the step is long enough that
-host time per call does not decide; under CUDA graphs (no host work per call) the kernel ratio alone decides. Every
-rule cites the committed sweep rows (``docs/data``) it was read from; tests/test_rules.py checks each rule against
-them. A forward without gradients follows the training threshold (its steps gained at least as much where both
-were measured). ``te-compile tune`` / ``mode="max-autotune"`` / ``te_compile.tune`` measure instead
-(te_compile.tuning); ``te_compile.backend(serve="always")`` serves every site cuDNN can serve.
+What the lowering decided for a site (a native band or window, an emitted score_mod or mask, native ALiBi, the
+prefix-LM split, a bias with or without dBias, an SDPA form) names its class (``site_class``). Each class has one
+rule: keep it, or serve it from a number of query tokens on (forward-only steps as training steps: they gained at
+least as much where both were measured); under CUDA graphs the kernel ratio alone decides. Each rule cites the runs
+(``docs/data``) it was read from; tests/test_rules.py checks it against them. ``te_compile.tune`` /
+``mode="max-autotune"`` measure instead (te_compile.tuning); ``serve="always"`` serves every site cuDNN can serve.
 """
 
 from __future__ import annotations
@@ -23,8 +21,6 @@ from .spec import AttentionSpec
 
 #: the architecture and cuDNN versions the rules were measured on
 MEASURED_ON = "sm90 (H100, H200), cuDNN 9.19 and 9.27, training steps and forward-only steps"
-
-
 #: keys per query below which a band is a "narrow window" (the sweeps' windows of 1024 serve, models' 512 do not)
 NARROW_WINDOW = 1024
 
@@ -41,27 +37,19 @@ class Rule:
     cites: tuple = ()
 
 
-#: the flex sweeps on the native call path (training steps at 2x16x4096x128 on H200 and 1x32x4096x128 with 8 KV
-#: heads on H100; forward-only steps at 2x16x4096x128 on H200)
-_NATIVE = ("sweep-flex-train-h200-919-2026-11-28.json", "sweep-flex-train-h100-919-2026-11-28-1x32x4096x128x8.json",
-           "sweep-flex-infer-h200-919-2026-11-28.json")
-
-#: the default policy's sweep on the native call path (training steps, H200, four shapes)
-_DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in (
-    "2x16x4096x128", "1x32x4096x128x8", "8x16x1024x64", "1x16x16384x128-part1", "1x16x16384x128-part2"))
-
+#: the cited runs (docs/data): the tuned sweeps (Python call path; [:2] at 8192-16384 tokens, [4:] at 512-1024), the
+#: native call path's first sweeps, the default policy's sweep (H200, four shapes), Hugging Face Mistral at 1x8192
 _TUNED = ("tuned-flex-h100-919-2026-11-27-1x16x16384x128.json", "tuned-flex-h100-919-2026-11-27-1x32x8192x128x8.json",
           "tuned-flex-h200-919-2026-11-27.json", "tuned-flex-h200-927-2026-11-27.json",
           "tuned-flex-h100-919-2026-11-27-8x16x1024x64.json", "tuned-flex-h100-919-2026-11-27-8x16x512x64.json",
           "tuned-flex-h200-919-2026-11-27-4x16x512x64.json")
-
-#: Hugging Face Mistral (every layer a sliding window of 512) at 1x8192, serve="always" against torch.compile
+_NATIVE = ("sweep-flex-train-h200-919-2026-11-28.json", "sweep-flex-train-h100-919-2026-11-28-1x32x4096x128x8.json",
+           "sweep-flex-infer-h200-919-2026-11-28.json")
+_DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in (
+    "2x16x4096x128", "1x32x4096x128x8", "8x16x1024x64", "1x16x16384x128-part1", "1x16x16384x128-part2"))
 _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8192-h200-927-2026-11-27-mistral.json",
                "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
-
-#: the tuned sweeps' files at 8192-16384 and at 512-1024 tokens (Python call path)
-_TUNED_LONG = _TUNED[:2]
-_TUNED_SHORT = _TUNED[4:]
+_FLEX = _TUNED + _NATIVE + _DEFAULT
 
 RULES: dict[str, Rule] = {
     "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: te_compile's steps were "
@@ -73,31 +61,30 @@ RULES: dict[str, Rule] = {
                               "1.80-2.07x steps from 4096 tokens, none faster at 1024",
                               (("sweep-sdpa-h200-2026-11-26.json", ("sdpa learned bias",)),)),
     "flex plain": Rule(4096, 512, "cuDNN's kernels 1.14-1.40x Inductor's; the step is faster from 4096 tokens "
-                       "(1.22-1.42x), slower at 512-1024 (0.58-0.85x)", ((_TUNED + _NATIVE + _DEFAULT, ("flex none",)),)),
+                       "(1.22-1.42x), slower at 512-1024 (0.58-0.85x)", ((_FLEX, ("flex none",)),)),
     "flex native band": Rule(4096, 512, "a causal band on cuDNN's diagonal band: kernels 1.09-1.43x; steps 1.27-1.40x "
-                             "from 4096 tokens, 0.59-0.86x at 512-1024", ((_TUNED + _NATIVE + _DEFAULT, ("flex causal",)),)),
+                             "from 4096 tokens, 0.59-0.86x at 512-1024", ((_FLEX, ("flex causal",)),)),
     "flex narrow band": Rule(4096, 512, "a band narrower than causal (a sliding window): kernels 1.07-1.32x; on the "
                              "native call path training steps 1.01-1.29x and forward-only steps 1.43-1.55x at 4096 "
-                             "tokens, 1.17-1.28x from 8192; 0.36-0.73x at 512-1024 (Python call path)",
-                             ((_NATIVE + _DEFAULT + _TUNED_LONG + _TUNED_SHORT, ("flex sliding <=", "flex sliding <")),)),
+                             "tokens, 1.17-1.28x from 8192; 0.36-0.73x at 512-1024 (Python path)", ((_NATIVE + _DEFAULT
+                             + _TUNED[:2] + _TUNED[4:], ("flex sliding <=", "flex sliding <")),)),
     "flex narrow window": Rule(None, None, "a sliding window of fewer than 1024 keys per query (Mistral's and "
                                "Gemma-3's 512): whole Mistral models at 8192 tokens with every such site served ran "
                                "0.94-1.02x of torch.compile in training and 0.95-1.05x in inference (H100, H200); not "
                                "measured under CUDA graphs", ((_WINDOW_512, ("mistral",)),)),
-    "flex score_mod": Rule(4096, 512, "a non-linear score_mod (softcap): kernels 1.87-2.55x; steps 1.88-2.37x from "
-                           "4096 tokens, 0.64-1.17x at 512-1024",
-                           ((_TUNED + _NATIVE + _DEFAULT, ("flex softcap", "flex softcap + causal")),)),
+    "flex score_mod": Rule(4096, 512, "a non-linear score_mod (softcap): kernels 1.87-2.55x; steps 1.88-2.37x "
+                           "from 4096 tokens, 0.64-1.17x at 512-1024",
+                           ((_FLEX, ("flex softcap", "flex softcap + causal")),)),
     "flex additive score_mod": Rule(4096, 512, "an additive score_mod (ALiBi): kernels 1.10-1.41x; steps "
-                                    "1.26-1.35x from 4096 tokens, 0.66-0.71x at 512-1024",
-                                    ((_TUNED + _NATIVE + _DEFAULT, ("flex ALiBi",)),)),
-    "flex native ALiBi + causal": Rule(4096, 512, "cuDNN's own ALiBi with causal masking: kernels 1.04-1.50x; "
-                                       "steps 1.16-1.37x from 4096 tokens, 0.51-0.63x at 512-1024",
-                                       ((_TUNED + _NATIVE + _DEFAULT, ("flex ALiBi + causal",)),)),
+                                    "1.26-1.35x from 4096 tokens, 0.66-0.71x at 512-1024", ((_FLEX, ("flex ALiBi",)),)),
+    "flex native ALiBi + causal": Rule(4096, 512, "cuDNN's own ALiBi with causal masking: kernels 1.04-1.50x; steps "
+                                       "1.16-1.37x from 4096 tokens, 0.51-0.63x at 512-1024",
+                                       ((_FLEX, ("flex ALiBi + causal",)),)),
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
                               "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)",
-                              ((_TUNED + _NATIVE + _DEFAULT, ("flex prefix-LM",)),)),
+                              ((_FLEX, ("flex prefix-LM",)),)),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
-                              "0.98-1.01x", ((_TUNED + _NATIVE + _DEFAULT, ("flex document",)),)),
+                              "0.98-1.01x", ((_FLEX, ("flex document",)),)),
     "flex additive score_mod + mask": Rule(None, None, "an additive score_mod with a mask cuDNN computes every tile "
                                            "of: 0.80x steps"),
     "flex gathered bias": Rule(4096, 4096, "a relative-position table gathered into a bias: 2.2x steps, as SDPA's "
