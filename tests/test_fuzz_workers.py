@@ -48,6 +48,7 @@ def test_parallel_restarts_dead_and_poisoned_workers(monkeypatch, tmp_path):
     assert [r["outcome"] for r in results] == ["pass", "crash", "pass", "crash", "pass"]
     assert "worker died" in results[1]["detail"] and json.loads(results[1]["case"]) == json.loads(cases[1].to_json())
     assert starts == [(0, 0), (0, 2), (0, 4)]
+    assert not list(tmp_path.glob("fuzz-shards-*"))  # the shards' files go once their results are read
 
 
 def test_results_say_when_a_served_site_ran_the_reference_fallback(monkeypatch, capsys):
@@ -165,6 +166,7 @@ def test_a_stopped_run_keeps_and_prints_what_its_workers_finished(monkeypatch, t
     captured = capsys.readouterr()
     assert captured.out.count("--- WRONG: case 0") == 2
     assert "stopped before the end" in captured.err
+    assert not list(tmp_path.glob("fuzz-shards-*"))
 
 
 def test_a_wrong_case_is_named_on_stderr_when_it_happens(monkeypatch, capsys):

@@ -33,6 +33,7 @@ import os
 import random
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -945,6 +946,7 @@ def _parallel(a: argparse.Namespace, cases: list[Case]) -> list[dict]:
         if os.path.exists(path):
             with open(path) as f:
                 results += [json.loads(ln) for ln in f if ln.strip()]
+    shutil.rmtree(tmp, ignore_errors=True)  # the caller writes the results (--json); the reports were printed
     return results
 
 
