@@ -1,5 +1,6 @@
 """The differential fuzzer's bug classes on cuDNN: bf16 against eager fp32, with the fuzzer's
-tolerance (max(3 x eager-bf16 error, 1e-2) per tensor), at lengths that are not tile multiples.
+tolerance (max(3 x eager-bf16 error, 1e-2) per tensor, at most tools.fuzz.BF16_CAP), at lengths that are not
+tile multiples.
 
 Run on the GPU machine:  python3 -m pytest -q -m cuda tests/test_cuda_fuzz_classes.py
 """

@@ -183,3 +183,36 @@ def test_a_wrong_case_is_named_on_stderr_when_it_happens(monkeypatch, capsys):
     rerun = shlex.split(err.split("rerun it alone: ")[1])
     assert rerun[:6] == ["python", "-m", "tools.fuzz", "--device", "cpu", "--case"]
     assert fuzz.Case.from_json(rerun[6]) == c
+
+
+def test_bfloat16_tolerances_are_capped_and_ill_conditioned_tensors_not_judged(monkeypatch):
+    """In bfloat16 a tolerance never exceeds BF16_CAP: a tensor eager itself gets that wrong in bfloat16 is not
+    judged (and said so), while a wrong value in a tensor that is judged still fails the case."""
+    import types
+
+    import torch
+    monkeypatch.setattr(fuzz, "CPU_LOW", torch.bfloat16)
+    monkeypatch.setattr(fuzz, "_emission_crash", lambda c, decisions: None)
+    ones = torch.ones(8, dtype=torch.float64)
+    noisy = ones.clone()
+    noisy[0] = 1.5  # off by 0.5 relative to the largest value
+    compiled = {"grad0": noisy}
+
+    def run(c, device, dtype, compiled_with=None):
+        site = types.SimpleNamespace(decisions=[types.SimpleNamespace(rewrite=True, reason="")])
+        if compiled_with is None and dtype == torch.float32:  # eager's reference
+            return {"out": ones, "lse": ones, "grads": [ones], "reports": []}
+        if compiled_with is None:  # eager in bfloat16: its own out is off by 0.5 (ill-conditioned), the rest exact
+            return {"out": noisy, "lse": ones, "grads": [ones], "reports": []}
+        return {"out": noisy, "lse": ones, "grads": [compiled.get("grad0", ones)], "reports": [site]}
+    monkeypatch.setattr(fuzz, "run", run)
+    c = fuzz.cases_for(1, 4, "cpu", False)[0]
+    c.autocast = False
+    outcome, detail, _ = fuzz.compare(c, "cpu", "te_compile")
+    assert outcome == "wrong" and detail == "grad0 err 0.5 > tol 0.01", detail  # judged: fails at its tolerance
+    assert fuzz.last_errors["out"][1] > fuzz.BF16_CAP  # out's tolerance would have been 1.5: not judged
+    compiled.clear()
+    outcome, detail, _ = fuzz.compare(c, "cpu", "te_compile")
+    assert outcome == "pass" and detail == fuzz.NOT_JUDGED + "out", detail
+    assert fuzz.summary([{"outcome": outcome, "detail": detail}], "cpu").endswith(
+        "; 1 case(s) with tensors too ill-conditioned in bfloat16 to judge there")
