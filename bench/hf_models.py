@@ -117,8 +117,10 @@ def _tune(model, ids, extra) -> dict:
 def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mode: str = "default",
           control: bool = False, tune: bool = False, always: bool = False, flash: bool = False) -> dict:
     import te_compile
+    from te_compile.cudnn import native
     from te_compile.reasons import category
 
+    from sweep import count_native
     model, extra = _model(kind, impl)
     ids = torch.randint(0, 32000, (B, L), device="cuda")
     torch._dynamo.reset()
@@ -173,11 +175,16 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
                 got = Report(list(graphs)).summary()
                 row[mode + "_sites"] = {k: got[k] for k in ("sites", "cudnn", "kept")}
         runs = {n: f for n, f in fns.items() if not (n == "FLASH" and mode + "_flash_error" in row)}
+        calls: dict = {}  # te_compile's op calls in the measured rounds, per column (bench/sweep.py count_native)
         for _ in range(rounds):
             for name, f in runs.items():
+                s0 = native.stats()
                 t = _time(mk(f, name), iters)
+                s1 = native.stats()
+                count_native(calls, name, s0, s1)
                 best[name] = min(best.get(name, t), t)
         row[mode] = best
+        row[mode + "_native_calls"] = {n: c for n, c in calls.items() if any(c.values())}
         row[mode + "_ratio"] = best["torch.compile"] / best["te_compile"]
         if "control" in best:
             row[mode + "_aa"] = best["torch.compile"] / best["control"]

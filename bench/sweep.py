@@ -206,21 +206,29 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
         except Exception as e:  # noqa: BLE001 - a refused case is a row, not a failure
             row[impl] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
             fns.pop(impl, None)
+    from te_compile.cudnn import native
+
     best: dict = {}
     loops: dict = {}
     rounds_ms: dict = {}  # every round's median, per implementation: paired per round by _paired
+    calls: dict = {}  # te_compile's op calls during the measured rounds, per implementation (native.stats)
     order = list(fns.items())
     for r in range(rounds):
         # each round starts with the next implementation, so none is always timed first: on host-bound steps the
         # default column (timed first) and the always column disagreed on the same served graph (benchmarks.md)
         for impl, f in order[r % len(order):] + order[:r % len(order)]:
+            s0 = native.stats()
             dev, host, loop = step_ms(f, args, iters)
+            s1 = native.stats()
+            count_native(calls, impl, s0, s1)
             loops.setdefault(impl, []).append(loop)
             rounds_ms.setdefault(impl, []).append(dev)
             if impl not in best or dev < best[impl]["ms"]:
                 best[impl] = {"ms": dev, "host_us": host}
     for impl, ls in loops.items():
         best[impl]["loop_ms"] = statistics.median(ls)
+        if any(calls.get(impl, {}).values()):
+            best[impl]["native_calls"] = calls[impl]
         best[impl]["rounds_ms"] = rounds_ms[impl]
         km = kernel_ms(fns[impl], args)
         if km is not None:
@@ -251,8 +259,25 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
         f"(loop {row['loop_ratio'] or float('nan'):4.2f}x){vs}  "
         + (f"  A/A {row['control_aa'][0]:4.2f}x (loop {row['control_aa'][1]:4.2f}x)" if "control_aa" in row else "")
         + (f"  always {alw['ms']:8.3f} ms, default/oracle {row['vs_oracle']:4.2f}x" if "vs_oracle" in row else "")
+        + "".join(f"  {impl} native {c['calls']} calls, {c['replays']} replays, {c['captures']} captures, "
+                  f"{c['to_python']} to Python" for impl, c in calls.items() if any(c.values()))
         + f"  graphs/skips {row.get('graphs')}  {row.get('reason', '')}")
     return row
+
+
+#: native.stats() counters -> the names a row keeps (``native_calls``): calls the C++ path ran, of them launched as
+#: a captured CUDA graph, graphs captured, calls handed to the Python path
+NATIVE_COUNTS = (("hits", "calls"), ("replays", "replays"), ("captures", "captures"), ("misses", "to_python"))
+
+
+def count_native(calls: dict, name: str, before: dict, after: dict) -> None:
+    """Add te_compile's op calls between two ``native.stats()`` snapshots to ``calls[name]`` (nothing where the
+    native path is off: its stats are empty)."""
+    if not before or not after:
+        return
+    c = calls.setdefault(name, dict.fromkeys((n for _, n in NATIVE_COUNTS), 0))
+    for k, n in NATIVE_COUNTS:
+        c[n] += after[k] - before[k]
 
 
 def _paired(row: dict) -> dict:

@@ -31,3 +31,15 @@ def test_paired_rounds_cancel_drift_that_best_rounds_do_not():
 
 def test_paired_rounds_need_torch_compile_rounds():
     assert _sweep()._paired({"te_compile": {"rounds_ms": [1.0]}}) == {}
+
+
+def test_native_calls_are_counted_per_column_between_snapshots():
+    """The sweep keeps, per column, how te_compile's op calls ran in its measured rounds (native, replayed, captured,
+    handed to Python), so a slow te_compile round can be told apart from one that captured graphs."""
+    count = _sweep().count_native
+    calls: dict = {}
+    snap = lambda h, r, c, m: {"hits": h, "replays": r, "captures": c, "misses": m, "declined": {}}  # noqa: E731
+    count(calls, "te_compile", snap(10, 4, 2, 1), snap(40, 30, 2, 1))
+    count(calls, "te_compile", snap(40, 30, 2, 1), snap(70, 58, 3, 2))
+    count(calls, "torch.compile", {}, {})  # the native path is off: nothing to count
+    assert calls == {"te_compile": {"calls": 60, "replays": 54, "captures": 1, "to_python": 1}}
