@@ -176,8 +176,11 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
                 row[mode + "_sites"] = {k: got[k] for k in ("sites", "cudnn", "kept")}
         runs = {n: f for n, f in fns.items() if not (n == "FLASH" and mode + "_flash_error" in row)}
         calls: dict = {}  # te_compile's op calls in the measured rounds, per column (bench/sweep.py count_native)
-        for _ in range(rounds):
-            for name, f in runs.items():
+        order = list(runs.items())
+        for r in range(rounds):
+            # each round starts with the next column, so none is always timed first (bench/sweep.py: the column
+            # timed first measured the same compiled step slower on host-bound steps)
+            for name, f in order[r % len(order):] + order[:r % len(order)]:
                 s0 = native.stats()
                 t = _time(mk(f, name), iters)
                 s1 = native.stats()
