@@ -35,6 +35,8 @@ TARGETS = {"README.md": "docs/data/", "docs/README.md": "data/", "docs/benchmark
 
 # rows whose decision or meaning changed since the run, marked in the table itself (case -> what changed)
 SINCE = {
+    "flex sliding <=": "served since from 4096 tokens (the default-policy table in docs/benchmarks.md)",
+    "flex sliding <": "served since from 4096 tokens (the default-policy table in docs/benchmarks.md)",
     "flex ALiBi + causal": "served since (cuDNN's native ALiBi, for cuDNN's own slopes), not re-measured",
     "flex document": "both sides ran torch.compile's own code: its ratio is noise (a later run: parity)",
 }
