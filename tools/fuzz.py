@@ -18,7 +18,8 @@ and gradients. The case runs compiled with te_compile and in eager, and every ou
 
 Outcomes: ``pass`` (served and equal), ``kept`` (te_compile kept the node: fine), ``wrong``
 (served and beyond tolerance, or non-finite where eager is finite), ``crash`` (te_compile raised),
-``invalid`` (eager itself raised or is not finite: the case says nothing). Every failure prints a
+``invalid`` (eager itself raised or is not finite, or every tensor is too ill-conditioned in bfloat16 to judge:
+the case says nothing). Every failure prints a
 standalone reproducer; the run ends with one summary line.
 
     python -m tools.fuzz --cases 300 --seed 0            # CPU, reference target
