@@ -32,9 +32,14 @@ from typing import Callable
 import torch
 
 
-def host_us(calls: dict, iters: int, repeats: int, setup: Callable = lambda name: None) -> dict:
+def host_us(calls: dict, iters: int, repeats: int, setup: Callable = lambda name: None,
+            counts: dict | None = None) -> dict:
     """Host µs per call of each of ``calls`` (name -> callable), measured in alternating rounds; ``setup(name)``
-    runs before each of its loops, untimed."""
+    runs before each of its loops, untimed. ``counts``: filled with how the te ops' calls of each timed loop ran
+    (bench/sweep.py count_native: native, replayed, captured, handed to Python)."""
+    from te_compile.cudnn import native
+
+    from sweep import count_native
     for name, fn in calls.items():
         setup(name)
         for _ in range(3):
@@ -44,11 +49,14 @@ def host_us(calls: dict, iters: int, repeats: int, setup: Callable = lambda name
     for _ in range(repeats):
         for name, fn in calls.items():
             setup(name)
+            s0 = native.stats()
             t0 = time.perf_counter()
             for _ in range(iters):
                 fn()
             runs[name].append((time.perf_counter() - t0) / iters * 1e6)
             torch.cuda.synchronize()
+            if counts is not None:
+                count_native(counts, name, s0, native.stats())
     return {name: statistics.median(r) for name, r in runs.items()}
 
 
@@ -94,12 +102,13 @@ def op_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> li
                 if path == "python":
                     native.disable()
                 native.set_replay(path == "native")
-                got = host_us(calls, iters, repeats)
+                counts: dict = {}
+                got = host_us(calls, iters, repeats, counts=counts)
                 host.update({(f"{n} ({path})" if n.startswith("te") else f"{n} [{path} round]"): t
                              for n, t in got.items()})
                 for name in ("te op fwd", "te op bwd"):
                     rows.append(_row(f"{name} ({path})", (B, H, L, D), variant, host[f"{name} ({path})"],
-                                     calls[name], log))
+                                     calls[name], log, counts.get(name)))
                 native.enable()
                 native.set_replay(True)
             for name in ("aten cuDNN SDPA fwd", "aten cuDNN SDPA bwd"):
@@ -107,10 +116,12 @@ def op_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> li
     return rows
 
 
-def _row(name: str, shape: tuple, variant: str, host: float, fn: Callable, log) -> dict:
+def _row(name: str, shape: tuple, variant: str, host: float, fn: Callable, log, calls: dict | None = None) -> dict:
     row = {"call": name, "shape": list(shape), "variant": variant, "host_us": host, "kernel_us": kernel_us(fn)}
+    if calls and any(calls.values()):  # how the te ops' calls in the timed loops ran
+        row["native_calls"] = calls
     log(f"{name:32s} {str(list(shape)):20s} {variant:16s} host {row['host_us']:7.1f} us   "
-        f"kernels {row['kernel_us']:8.1f} us")
+        f"kernels {row['kernel_us']:8.1f} us" + (f"   native {calls}" if "native_calls" in row else ""))
     return row
 
 
@@ -142,10 +153,12 @@ def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> 
                 calls["compiled flex fwd (te_compile, no replays)"] = calls[f"compiled flex fwd ({impl})"]
         # Inductor's call measured twice, as its own row: the measurement's noise (A/A)
         calls["compiled flex fwd (Inductor, A/A)"] = calls["compiled flex fwd (Inductor)"]
+        counts: dict = {}
         with torch.no_grad():
-            host = host_us(calls, iters, repeats, setup=lambda name: native.set_replay("no replays" not in name))
+            host = host_us(calls, iters, repeats, setup=lambda name: native.set_replay("no replays" not in name),
+                           counts=counts)
             for name, call in calls.items():
-                rows.append(_row(name, (B, H, L, D), variant, host[name], call, log))
+                rows.append(_row(name, (B, H, L, D), variant, host[name], call, log, counts.get(name)))
     return rows
 
 
