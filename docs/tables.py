@@ -1122,8 +1122,9 @@ def render_hf_default(link_prefix: str) -> str:
     d = _json(HF_DEFAULT)
     name = os.path.basename(HF_DEFAULT)
     out = [GENERATED, f"`{d['command']}`, **{_gpu(d)}, torch {d['torch']}, cuDNN {_ver(d['cudnn'])}, native call path, "
-           f"{d['date']}**; ms per step, the best of three alternating rounds; {d['note']}. Data: "
-           f"[{name}]({link_prefix}{name}).", "",
+           f"{d['date']}**; ms per step, the best of three alternating rounds; {d['note']}. Since this run the rules "
+           "keep Mistral's sites (sliding windows of 512 keys: \"flex narrow window\" in docs/README.md's rule table). "
+           f"Data: [{name}]({link_prefix}{name}).", "",
            "| model | sites on cuDNN (default) | step | default | always | torch.compile | default vs torch.compile "
            "| default vs the better | A/A |", "|---|---|---|---|---|---|---|---|---|"]
     for r in d["rows"]:
