@@ -56,7 +56,8 @@ def mismatch(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: in
     from .reference import index_grids
 
     grids = {**index_grids(B, H, L, S, device), "inputs": list(inputs)}
-    elem = ir.evaluate(mask_expr, grids).to(torch.bool)
+    # a mask_mod that folds to a constant (``x | True``) evaluates to a CPU scalar: bring it to the blocks' device
+    elem = ir.evaluate(mask_expr, grids).to(device=device, dtype=torch.bool)
     while elem.dim() < 4:
         elem = elem.unsqueeze(0)
     elem = elem.expand(elem.shape[0], elem.shape[1], L, S)

@@ -109,6 +109,22 @@ def test_flex_on_cudnn_matches_eager_fp32(score, mask, L, hk=H):
     assert max(rows.values()) <= ROWS_TOL, rows
 
 
+@pytest.mark.parametrize("mm", [lambda b, h, q, kv: (0 >= kv) | ((0 % 3) != 8), lambda b, h, q, kv: q >= 0],
+                         ids=["folds_to_true", "index_always_true"])
+def test_mask_mod_that_keeps_every_key(mm):
+    """A mask_mod whose value is a constant True once folded: the BlockMask check evaluates it on the blocks'
+    device (it raised a CPU/CUDA device mismatch in torch.equal), and the answer is eager's."""
+    g = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v = (torch.randn(1, 4, 100, 128, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+    dout = torch.randn(1, 4, 100, 128, device="cuda", generator=g)
+    bm = create_block_mask(mm, 1, 1, 100, 100, device="cuda")
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: -0.5 * s, block_mask=bm, return_lse=True)
+
+    _served_and_matches(fn, q, k, v, dout)
+
+
 def test_flex_gqa_softcap_causal():
     test_flex_on_cudnn_matches_eager_fp32("softcap", "causal", 384, hk=2)
 

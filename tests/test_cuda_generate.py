@@ -4,7 +4,7 @@ What te_compile served is pinned: under the default policy every site of these s
 1) is kept by its rule; with serve="always" every site runs on cuDNN, with the same tokens as plain torch.compile.
 
 Each run is its own process (tests/hf_generate_case.py); the runs go in parallel. GPU machine:
-    python3 -m pytest -q -m cuda tests/test_cuda_generate.py
+    python3 -m pytest -q -p no:xdist -m cuda tests/test_cuda_generate.py
 """
 
 from __future__ import annotations
@@ -44,7 +44,9 @@ def results() -> dict:
     pytest.importorskip("transformers")
     jobs = [(w, i, m) for i, m in COMBOS for w in ("plain", "te_compile")]
     jobs += [("te_compile-always", i, m) for i, m in COMBOS if m in ALWAYS_MODES]
-    with concurrent.futures.ThreadPoolExecutor(min(len(jobs), 5)) as pool:
+    # one compiling process per core at most; run this module in one pytest process (-p no:xdist): under xdist
+    # each worker would run the whole fixture again
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
         return dict(zip(jobs, pool.map(lambda j: _run(*j), jobs)))
 
 
