@@ -111,3 +111,17 @@ def test_the_benchmark_tables():
     assert table[2] == "| causal | te_compile | 1.000 | 100 | 2.000 | 125 |" and table[4] == "| none | te_compile | n/a | | n/a | |"
     speed = benchmark.speedups(rows).splitlines()
     assert speed[2] == "| causal | 2.00x | 2.00x | 2.00x |" and speed[-1].endswith("| **2.00x** |")
+
+
+def test_per_row_error_sees_a_wrong_row_that_the_global_error_dilutes():
+    """tests/forms.rows_err, the cuda tests' per-row check: one row (a ragged last tile's) whose values are under 1% of
+    the tensor's scale and all wrong passes the global relative error's 2e-2 and fails the per-row tolerance."""
+    from forms import ROWS_TOL, rel_err, rows_err
+
+    ref = torch.randn(2, 4, 129, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    ref[..., 128, :] *= 0.008 * ref.abs().max() / ref[..., 128, :].abs().amax(-1, keepdim=True)
+    got = ref.clone()
+    got[1, 3, 128] = -got[1, 3, 128]  # the last row of one head, sign-flipped
+    assert rel_err(got, ref) <= 2e-2
+    assert rows_err(got, ref) > ROWS_TOL
+    assert rows_err(ref + 1e-4 * torch.randn_like(ref), ref) < ROWS_TOL
