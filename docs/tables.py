@@ -120,7 +120,7 @@ def render(link_prefix: str) -> str:
 
 
 #: one block per card
-HOST_TIMES = ("docs/data/host-time-aa-h200-919-2026-11-28.json", "docs/data/host-time-replays-h100-919-2026-11-28.json")
+HOST_TIMES = ("docs/data/host-time-h200-919-2026-11-28-r21.json", "docs/data/host-time-replays-h100-919-2026-11-28.json")
 #: bench/host_time.py's call names -> the table's row labels, in the table's order
 HOST_ROWS = (("te op fwd (native)", "te op fwd, native"), ("te op fwd (native, no replays)", "te op fwd, native, no replays"),
              ("te op fwd (python)", "te op fwd, Python path"), ("aten cuDNN SDPA fwd", "aten cuDNN SDPA fwd"),
@@ -175,7 +175,9 @@ def _host_time_block(path: str, link_prefix: str) -> list[str]:
     calls = [(shape, variant) for (call, shape, variant) in cell if call == "compiled flex fwd (te_compile)"]
     losses = [(c, cell[("compiled flex fwd (te_compile)", *c)], cell[("compiled flex fwd (Inductor)", *c)]) for c in calls
               if cell[("compiled flex fwd (te_compile)", *c)] > cell[("compiled flex fwd (Inductor)", *c)]]
+    again = {c: cell.get(("compiled flex fwd (Inductor, A/A)", *c)) for c in calls}
     lost = "; ".join(f"{'x'.join(map(str, shape))} {variant}: {te:.1f} against {ind:.1f}"
+                     + (f" (A/A {again[(shape, variant)]:.1f})" if again[(shape, variant)] is not None else "")
                      for (shape, variant), te, ind in losses)
     out += ["", f"With replays the te op costs less host time than aten's cuDNN SDPA op in {op_wins} of {2 * len(ops)} "
                 f"calls (forward and backward). A compiled te_compile call costs less than Inductor's in "
