@@ -15,6 +15,7 @@ import json
 import math
 import os
 import statistics
+import time
 
 import torch
 
@@ -97,8 +98,6 @@ def _tune(model, ids, extra) -> dict:
     column's default policy decides from measurements): per mode, the graph measurements (te_compile.tuning.graph_ab:
     each class's times with it on cuDNN and on torch.compile, and whether it was served), the seconds, and the
     whole-model check (te_compile.model_check)."""
-    import time
-
     import te_compile
     from te_compile.model_check import model_log
     out = {}
@@ -160,6 +159,7 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
         from torch._dynamo.utils import counters
         for name, f in list(fns.items()):
             skips = counters["inductor"]["cudagraph_skips"]
+            t0 = time.perf_counter()
             with record_reports() as graphs:
                 try:
                     mk(f, name)()  # compile
@@ -169,6 +169,7 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
                     row[mode + "_flash_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:150]}"
                     print(f"FLASH {mode}: {row[mode + '_flash_error']}", flush=True)
                     continue
+            print(f"  {kind} {impl} {mode}: {name} compiled and run once in {time.perf_counter() - t0:.0f} s", flush=True)
             if mode_arg != "default":  # graphs Inductor ran without CUDA graphs (0: all recorded)
                 row[f"{mode}_cudagraph_skips_{name}"] = counters["inductor"]["cudagraph_skips"] - skips
             if name == "te_compile" and graphs:  # what the compiled model itself decided (mode included)
@@ -186,6 +187,8 @@ def bench(kind: str, impl: str, B: int, L: int, iters: int, rounds: int = 3, mod
                 s1 = native.stats()
                 count_native(calls, name, s0, s1)
                 best[name] = min(best.get(name, t), t)
+            print(f"  {kind} {impl} {mode}: round {r + 1} of {rounds}: "
+                  + ", ".join(f"{n} {t:.2f} ms" for n, t in best.items()), flush=True)
         row[mode] = best
         row[mode + "_native_calls"] = {n: c for n, c in calls.items() if any(c.values())}
         row[mode + "_ratio"] = best["torch.compile"] / best["te_compile"]
