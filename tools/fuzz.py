@@ -527,8 +527,9 @@ def _dtypes(c: Case, device: str) -> tuple[torch.dtype, torch.dtype]:
     return torch.float64, torch.float64
 
 
-#: the last ``compare``'s errors: tensor name -> [error, tolerance, eager's own error in the low dtype or None] (the
-#: JSON-lines record keeps them, so tolerances can be read from the error distribution of correct results)
+#: the last ``compare``'s errors: tensor name -> [error, tolerance, eager's own error in the low dtype or None, the
+#: distance from eager's low-dtype result or None] (the JSON-lines record keeps them, so tolerances can be read from
+#: the error distribution of correct results, also for the tensors too ill-conditioned to judge against float32)
 last_errors: dict = {}
 
 #: the largest tolerance of a bfloat16 comparison (relative to the tensor's largest value): a wrong answer is off by
@@ -587,7 +588,8 @@ def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
         e = _err(a, b, floor)
         tol = _tolerance(c, i, elow, ehigh, b, floor)
         own = _err(elow[i], b, floor) if elow is not None and i < len(elow) else None
-        last_errors[name] = [float(f"{x:.4g}") if x is not None else None for x in (e, tol, own)]
+        near = _err(a, elow[i], floor) if elow is not None and i < len(elow) else None
+        last_errors[name] = [float(f"{x:.4g}") if x is not None else None for x in (e, tol, own, near)]
         if elow is not None and not c.autocast and tol > BF16_CAP:
             unjudged.append(name)
         elif not e <= tol:
