@@ -137,9 +137,8 @@ def decide(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: boo
     where = " under CUDA graphs" if cuda_graphs else ""
     if need is not None and L >= need:
         return True, f"served by the rule for {cls}{where} (from {need} tokens): {rule.why}"
-    if need is None:
-        return False, f"kept for speed by the rule for {cls}{where}: {rule.why}"
-    return False, f"kept for speed by the rule for {cls}{where}: {L} tokens, served from {need}: {rule.why}"
+    short = "" if need is None else f"{L} tokens, served from {need}: "
+    return False, f"kept for speed by the rule for {cls}{where}: {short}{rule.why}"
 
 
 def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
@@ -148,10 +147,9 @@ def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbi
     if spec.impl != "cudnn":
         return None
     serve, why = decide(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs)
-    if serve:
-        return None
-    return Reason(f"{why} ({MEASURED_ON}; not measured here: te-compile tune or mode='max-autotune' measures it); "
-                  "te_compile.backend(serve='always') serves it anyway", SLOWER)
+    return None if serve else Reason(f"{why} ({MEASURED_ON}; not measured here: te-compile tune or "
+                                     "mode='max-autotune' measures it); te_compile.backend(serve='always') serves "
+                                     "it anyway", SLOWER)
 
 
 __all__ = ["RULES", "Rule", "MEASURED_ON", "site_class", "decide", "slower_reason"]

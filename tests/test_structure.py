@@ -1,8 +1,8 @@
 """The package's layout rules: no import cycle
 between te_compile modules (imports inside functions included), layers that run one way between subpackages and
 top-level modules (LAYERS), the passes never import the ops or cuDNN,
-no te_compile module imports another's private (``_name``) symbols, and no function in te_compile is
-longer than 60 lines."""
+no te_compile module imports another's private (``_name``) symbols, no function in te_compile is
+longer than 60 lines, and the serve decision's code stays at most half its former size."""
 
 import ast
 import pathlib
@@ -219,3 +219,14 @@ def test_no_timings_or_cards_in_code_comments():
            if str(p.relative_to(PKG)) not in _TIMING_EXEMPT
            for n, line in _comment_lines(p) if _TIMING.search(line)]
     assert not bad, bad
+
+
+def test_the_serve_decision_code_stays_small():
+    """The default decision is a rule table and measurement on request: rules, tuning/, autotune, model_check and
+    backend._decide together stay at most half of the 1,879 lines the cost model, its refits and replay took."""
+    files = [PKG / "rules.py", PKG / "autotune.py", PKG / "model_check.py", *sorted((PKG / "tuning").glob("*.py"))]
+    lines = sum(len(f.read_text().splitlines()) for f in files)
+    backend = ast.parse((PKG / "backend.py").read_text())
+    decide = next(n for n in backend.body if isinstance(n, ast.FunctionDef) and n.name == "_decide")
+    lines += decide.end_lineno - decide.lineno + 1
+    assert lines <= 1879 // 2, f"{lines} lines of decision code"
