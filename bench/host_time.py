@@ -7,9 +7,10 @@ In one process, per shape:
   native call path (with its CUDA-graph replays, and without), and on the Python path (te_compile.cudnn.native
   off), against aten's cuDNN SDPA ops
   (``_scaled_dot_product_cudnn_attention`` and its backward), for no mask and causal;
-* compiled flex forward calls (no grad): te_compile (serve="always", with and without replays) against plain
-  torch.compile (Inductor), for no mask, causal, a sliding window and softcap; Inductor's call is measured
-  twice, as two rows (A/A: the measurement's own noise).
+* compiled flex calls, forward (no grad) and training (forward and backward): te_compile (serve="always"; with and
+  without replays; and the same graph handed to Inductor, ``TE_COMPILE_DIRECT=0``, where te_compile calls a
+  graph of only its ops directly) against plain torch.compile (Inductor), for no mask, causal, a sliding window
+  and softcap; Inductor's call is measured twice, as two rows (A/A: the measurement's own noise).
 
 Host µs per call: a loop of --iters calls without a sync, timed on the host. The calls compared in one group
 (the op calls of one shape and mask; te_compile's and Inductor's compiled call of one variant) take turns, one
@@ -125,13 +126,34 @@ def _row(name: str, shape: tuple, variant: str, host: float, fn: Callable, log, 
     return row
 
 
-def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> list[dict]:
+def _through_inductor(backend: Callable) -> Callable:
+    """``backend`` with te_compile's direct call of a graph of only its ops turned off while it compiles
+    (``TE_COMPILE_DIRECT=0``, te_compile.direct): the graph goes through Inductor as any other."""
+    def compile_(*args, **kwargs):
+        saved = os.environ.get("TE_COMPILE_DIRECT")
+        os.environ["TE_COMPILE_DIRECT"] = "0"
+        try:
+            return backend(*args, **kwargs)
+        finally:
+            if saved is None:
+                os.environ.pop("TE_COMPILE_DIRECT")
+            else:
+                os.environ["TE_COMPILE_DIRECT"] = saved
+    return compile_
+
+
+def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log, train: bool = False) -> list[dict]:
+    """Compiled flex calls: forward only (no grad), or with ``train`` a forward and a backward
+    (``torch.autograd.grad``, so no gradient accumulates) per call."""
     import te_compile
     from te_compile.cudnn import native
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    q, k, v, dout = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(4))
+    if train:
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+    kind = "train" if train else "fwd"
     W = min(1024, L // 4)
     masks = {"none": None, "causal": lambda b, h, q, kv: q >= kv,
              "sliding window": lambda b, h, q, kv: (q >= kv) & (q - kv <= W), "softcap": None}
@@ -143,18 +165,26 @@ def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> 
         def fn(q, k, v, score=score, bm=bm):
             return flex_attention(q, k, v, score_mod=score, block_mask=bm)
         calls = {}
-        for impl, backend in (("te_compile", te_compile.backend(serve="always")), ("Inductor", "inductor")):
-            torch._dynamo.reset()
-            compiled = torch.compile(fn, backend=backend, dynamic=False)
-            with torch.no_grad():
-                compiled(q, k, v)
-            calls[f"compiled flex fwd ({impl})"] = lambda compiled=compiled: compiled(q, k, v)
+        te = te_compile.backend(serve="always")
+        torch._dynamo.reset()
+        for impl, backend in (("te_compile", te), ("te_compile, through Inductor", _through_inductor(te)),
+                              ("Inductor", "inductor")):
+            compiled = torch.compile(fn, backend=backend, dynamic=False)  # one cache entry per backend
+            if train:
+                def call(compiled=compiled):
+                    return torch.autograd.grad(compiled(q, k, v), (q, k, v), dout)
+            else:
+                def call(compiled=compiled):
+                    return compiled(q, k, v)
+            with torch.set_grad_enabled(train):
+                call()
+            calls[f"compiled flex {kind} ({impl})"] = call
             if impl == "te_compile":  # the same compiled call with the native path's replays off
-                calls["compiled flex fwd (te_compile, no replays)"] = calls[f"compiled flex fwd ({impl})"]
+                calls[f"compiled flex {kind} (te_compile, no replays)"] = call
         # Inductor's call measured twice, as its own row: the measurement's noise (A/A)
-        calls["compiled flex fwd (Inductor, A/A)"] = calls["compiled flex fwd (Inductor)"]
+        calls[f"compiled flex {kind} (Inductor, A/A)"] = calls[f"compiled flex {kind} (Inductor)"]
         counts: dict = {}
-        with torch.no_grad():
+        with torch.set_grad_enabled(train):
             host = host_us(calls, iters, repeats, setup=lambda name: native.set_replay("no replays" not in name),
                            counts=counts)
             for name, call in calls.items():
@@ -181,6 +211,7 @@ def main() -> int:
         B, H, L, D = (int(x) for x in shape.split(","))
         rows += op_rows(B, H, L, D, a.iters, a.repeats, log)
         rows += flex_rows(B, H, L, D, a.iters, a.repeats, log)
+        rows += flex_rows(B, H, L, D, a.iters, a.repeats, log, train=True)
     if a.json:
         save(a.json, rows, a.iters, a.repeats)
     return 0

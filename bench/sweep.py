@@ -13,6 +13,7 @@ printed, the ones te_compile loses included; the ratio is torch.compile's time /
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -198,6 +199,8 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
             # graphs compiled and graphs run without CUDA graphs (under --mode reduce-overhead)
             row.setdefault("graphs", {})[impl] = [counters["stats"]["unique_graphs"] - before[0],
                                                   counters["inductor"]["cudagraph_skips"] - before[1]]
+            if impl == "always":  # sites serve="always" served (it keeps what cuDNN cannot serve exactly)
+                row["served_always"] = Report(list(graphs)).summary()["cudnn"]
             if impl == "te_compile":  # what the measured te_compile function decided (its mode included)
                 rep = Report(list(graphs))
                 row["served"] = rep.summary()["cudnn"]
@@ -400,7 +403,7 @@ def save(path: str, rows: list) -> None:
     arch = "sm{}{}".format(*torch.cuda.get_device_capability())
     with open(path + ".tmp", "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__, "cudnn": running(),
-                   "infer": INFER, "mode": MODE, "rows": rows}, f, indent=1)
+                   "infer": INFER, "mode": MODE, "date": datetime.date.today().isoformat(), "rows": rows}, f, indent=1)
     os.replace(path + ".tmp", path)
 
 

@@ -24,7 +24,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME = "flex-headline"
 #: the headline (README.md, docs/README.md): the default policy's training steps on the native call path
-HEADLINE = "docs/data/sweep-flex-default-h200-919-2026-11-28-2x16x4096x128.json"
+HEADLINE = "docs/data/sweep-flex-flash-h200-919-2026-11-28-2x16x4096x128.json"
 HEADLINE_COMMAND = "bench/sweep.py --part flex --shape 2,16,4096,128 --always --control"
 
 # the FLASH run (docs/benchmarks.md): one bench/sweep.py invocation split over two GPU calls (five variants each)
@@ -100,7 +100,7 @@ def render_headline(link_prefix: str) -> str:
     out = [GENERATED,
            f"flex_attention as a training step (forward + backward of one call, {b}x{h}x{s}x{d} bf16), te_compile with "
            f"its default policy against plain `torch.compile`, in one process. **{data['device']}, torch "
-           f"{data['torch']}, cuDNN {_ver(data['cudnn'])}, native call path, {data['date']}**; `{HEADLINE_COMMAND}`; ms "
+           f"{data['torch']}, cuDNN {_ver(data['cudnn'])}, native call path, {data['date']}**; `{HEADLINE_COMMAND}{' --flash' * flash}`; ms "
            "per step (each side's best median over alternating rounds); ratio = torch.compile's ms / te_compile's "
            "(> 1: te_compile is faster); A/A = plain torch.compile against itself, the noise floor. Raw rows: "
            f"[{os.path.basename(HEADLINE)}]({link_prefix}{os.path.basename(HEADLINE)}).", "",
@@ -124,7 +124,14 @@ def render_headline(link_prefix: str) -> str:
             + "".join(f" The {VARIANTS.get(r['case'], r['case'])} ran {r['ratio']:.2f}x, within torch.compile's own "
                       f"spread (A/A {_span(list(_aa(r)))}x): a step of {r['te_compile']['host_us'] / 1000:.2f} ms of "
                       f"host time against {r['te_compile']['kernel_ms']:.2f} ms of kernels is host-bound."
-                      for r in below if r["ratio"] >= min(_aa(r)))]
+                      for r in below if r["ratio"] >= min(_aa(r)))
+            + (f" Against the FLASH backend (FA4, plain torch.compile with `kernel_options={{\"BACKEND\": \"FLASH\"}}`) "
+               f"the served rows run {_span([r['ratio_vs_FLASH'] for r in served if r.get('ratio_vs_FLASH')])}x."
+               if flash else "")
+            + "".join(f" The kept {VARIANTS.get(r['case'], r['case'])} ran {r['ratio']:.2f}x (A/A {_span(list(_aa(r)))}x) "
+                      f"with the same kernels on both sides ({r['te_compile']['kernel_ms']:.3f} / "
+                      f"{r['torch.compile']['kernel_ms']:.3f} ms): both run torch.compile's code, so that is the "
+                      "measurement's noise." for r in rows if not r["served"] and r["ratio"] < min(1.0, *_aa(r)))]
     if any(r["ratio"] < min(_aa(r)) for r in below):
         raise SystemExit("docs/tables.py: a served headline row is slower than torch.compile beyond its A/A spread: "
                          "the headline's text does not cover that")
@@ -166,16 +173,22 @@ def render(link_prefix: str) -> str:
 
 
 #: one block per card
-HOST_TIMES = ("docs/data/host-time-h200-919-2026-11-28-r21.json", "docs/data/host-time-replays-h100-919-2026-11-28.json")
+HOST_TIMES = ("docs/data/host-time-h200-919-2026-11-28-direct.json", "docs/data/host-time-replays-h100-919-2026-11-28.json")
 #: bench/host_time.py's call names -> the table's row labels, in the table's order
 HOST_ROWS = (("te op fwd (native)", "te op fwd, native"), ("te op fwd (native, no replays)", "te op fwd, native, no replays"),
              ("te op fwd (python)", "te op fwd, Python path"), ("aten cuDNN SDPA fwd", "aten cuDNN SDPA fwd"),
              ("te op bwd (native)", "te op bwd, native"), ("te op bwd (native, no replays)", "te op bwd, native, no replays"),
              ("te op bwd (python)", "te op bwd, Python path"), ("aten cuDNN SDPA bwd", "aten cuDNN SDPA bwd"))
-COMPILED_ROWS = (("compiled flex fwd (te_compile)", "te_compile"),
-                 ("compiled flex fwd (te_compile, no replays)", "te_compile, no replays"),
-                 ("compiled flex fwd (Inductor)", "torch.compile (Inductor)"),
-                 ("compiled flex fwd (Inductor, A/A)", "torch.compile (Inductor), measured again (A/A)"))
+#: per kind of compiled call ("fwd", "train"): bench/host_time.py's call names -> row labels
+COMPILED_ROWS = (("compiled flex {kind} (te_compile)", "te_compile"),
+                 ("compiled flex {kind} (te_compile, no replays)", "te_compile, no replays"),
+                 ("compiled flex {kind} (te_compile, through Inductor)",
+                  "te_compile, its graph through Inductor (`TE_COMPILE_DIRECT=0`)"),
+                 ("compiled flex {kind} (Inductor)", "torch.compile (Inductor)"),
+                 ("compiled flex {kind} (Inductor, A/A)", "torch.compile (Inductor), measured again (A/A)"))
+COMPILED_KINDS = (("fwd", "A compiled flex forward call (no grad; te_compile with `serve=\"always\"`)"),
+                  ("train", "A compiled flex training call (forward, then `torch.autograd.grad`; te_compile with "
+                            "`serve=\"always\"`)"))
 
 
 def _grid(rows: list, names: tuple, prefix: str) -> list[str]:
@@ -213,30 +226,37 @@ def _host_time_block(path: str, link_prefix: str) -> list[str]:
            f"median of {data['repeats']} rounds; raw rows: "
            f"[{name}]({link_prefix}{name}).", "", "The ops, called as a compiled graph calls them:", ""]
     out += _grid(data["rows"], HOST_ROWS, ("te op", "aten"))
-    out += ["", "A compiled flex forward call (no grad; te_compile with `serve=\"always\"`):", ""]
-    out += _grid(data["rows"], COMPILED_ROWS, "compiled")
     cell = {(r["call"], tuple(r["shape"]), r["variant"]): r["host_us"] for r in data["rows"]}
     ops = [(shape, variant) for (call, shape, variant) in cell if call == "te op fwd (native)"]
     op_wins = sum(cell[(f"te op {d} (native)", *c)] < cell[(f"aten cuDNN SDPA {d}", *c)] for c in ops for d in ("fwd", "bwd"))
-    calls = [(shape, variant) for (call, shape, variant) in cell if call == "compiled flex fwd (te_compile)"]
-    losses = [(c, cell[("compiled flex fwd (te_compile)", *c)], cell[("compiled flex fwd (Inductor)", *c)]) for c in calls
-              if cell[("compiled flex fwd (te_compile)", *c)] > cell[("compiled flex fwd (Inductor)", *c)]]
-    again = {c: cell.get(("compiled flex fwd (Inductor, A/A)", *c)) for c in calls}
-    lost = "; ".join(f"{'x'.join(map(str, shape))} {variant}: {te:.1f} against {ind:.1f}"
+    summary = [f"With replays the te op costs less host time than aten's cuDNN SDPA op in {op_wins} of {2 * len(ops)} "
+               f"calls (forward and backward)."]
+    if not any("through Inductor" in r["call"] for r in data["rows"]):
+        summary.append("This run predates te_compile's direct call of a graph of only its ops (te_compile.direct): "
+                       "its compiled calls went through Inductor.")
+    for kind, title in COMPILED_KINDS:
+        names = tuple((call.format(kind=kind), label) for call, label in COMPILED_ROWS)
+        if not any(call == names[0][0] for call, _, _ in cell):  # a run without this kind of call
+            continue
+        out += ["", f"{title}:", ""] + _grid(data["rows"], names, f"compiled flex {kind} ")
+        summary.append(_compiled_sentence(cell, kind))
+    return out + ["", " ".join(summary), ""]
+
+
+def _compiled_sentence(cell: dict, kind: str) -> str:
+    """Where te_compile's compiled call of ``kind`` costs more host time than Inductor's, with the A/A spread."""
+    te, ind, aa = (f"compiled flex {kind} ({n})" for n in ("te_compile", "Inductor", "Inductor, A/A"))
+    calls = [(shape, variant) for (call, shape, variant) in cell if call == te]
+    losses = [(c, cell[(te, *c)], cell[(ind, *c)]) for c in calls if cell[(te, *c)] > cell[(ind, *c)]]
+    again = {c: cell.get((aa, *c)) for c in calls}
+    lost = "; ".join(f"{'x'.join(map(str, shape))} {variant}: {t:.1f} against {i:.1f}"
                      + (f" (A/A {again[(shape, variant)]:.1f})" if again[(shape, variant)] is not None else "")
-                     for (shape, variant), te, ind in losses)
-    out += ["", f"With replays the te op costs less host time than aten's cuDNN SDPA op in {op_wins} of {2 * len(ops)} "
-                f"calls (forward and backward). A compiled te_compile call costs less than Inductor's in "
-                f"{len(calls) - len(losses)} of {len(calls)} rows" + (f"; more in {lost}." if losses else ".")
-            + _aa_sentence(cell, calls), ""]
-    return out
-
-
-def _aa_sentence(cell: dict, calls: list) -> str:
-    """The A/A rows' spread (Inductor's call measured twice), where the run has them."""
-    aa = [abs(cell[("compiled flex fwd (Inductor, A/A)", *c)] - cell[("compiled flex fwd (Inductor)", *c)])
-          for c in calls if ("compiled flex fwd (Inductor, A/A)", *c) in cell]
-    return f" Inductor's call measured twice differs by up to {max(aa):.1f} µs (A/A)." if aa else ""
+                     for (shape, variant), t, i in losses)
+    spread = [abs(cell[(aa, *c)] - cell[(ind, *c)]) for c in calls if (aa, *c) in cell]
+    what = {"fwd": "forward", "train": "training"}[kind]
+    return (f"A compiled te_compile {what} call costs less than Inductor's in {len(calls) - len(losses)} of "
+            f"{len(calls)} rows" + (f"; more in {lost}." if losses else ".")
+            + (f" Inductor's call measured twice differs by up to {max(spread):.1f} µs (A/A)." if spread else ""))
 
 
 def render_rules(link_prefix: str) -> str:
@@ -1054,7 +1074,7 @@ BENCHMARKS = {"docs/benchmarks.md": "data/"}
 
 
 #: table name -> (renderer, {file: how it links to docs/data/})
-NATIVE_SWEEPS = (("forward only", "docs/data/sweep-flex-infer-h200-919-2026-11-28.json"),)
+NATIVE_SWEEPS = (("forward only", "docs/data/sweep-flex-infer-h200-919-2026-11-28-direct.json"),)
 
 
 def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
@@ -1090,8 +1110,9 @@ def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
     def decision(r):
         return "served" if r.get("served") else "kept"
 
-    def on_kernels(r):
-        return f"{r['always']['loop_ms'] / r['always']['kernel_ms']:.2f}x"
+    def on_kernels(r):  # a row serve="always" kept runs torch.compile's kernels (runs that record it)
+        kept = " (kept: Inductor's)" if r.get("served_always") == 0 else ""
+        return f"{r['always']['loop_ms'] / r['always']['kernel_ms']:.2f}x{kept}"
 
     def cell(rows, fn):  # forward / training (a variant the training run left out: "-")
         return " / ".join(fn(r) for r in rows) if len(rows) == len(runs) else f"{fn(rows[0])} / -"

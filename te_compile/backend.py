@@ -25,6 +25,7 @@ from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
 from . import stale_outputs, tuning, user_warnings
 from .tuning import graph_ab
+from .direct import direct_callable
 from .fxcopy import copy_graph, copy_module
 from .report import GraphReport, Report, record
 
@@ -207,8 +208,9 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
                                                      inductor_config, graphs_on)
         report = _finish(gm, decisions, options)
     else:
-        report = _finish(gm, decisions, options)  # before Inductor, whose passes change gm in place
-        compiled = _inner_compile(options.inner, gm, example_inputs, inductor_config)
+        direct = _direct(gm, options, inductor_config, graphs_on)
+        report = _finish(gm, decisions, options, direct is not None)  # before Inductor, which changes gm in place
+        compiled = direct or _inner_compile(options.inner, gm, example_inputs, inductor_config)
     if replay_report:
         compiled = _replaying(compiled, report)
     return stale_outputs.raising_on_overwritten(compiled) if guard_stale else compiled
@@ -239,6 +241,14 @@ def _decide(gm: GraphModule, original: torch.fx.Graph, example_inputs: list[Any]
     gm.recompile()
     with tuning.graph(scope):
         return _rewrite(gm, copy_graph(original), options, checker)
+
+
+def _direct(gm: GraphModule, options: Options, inductor_config: Optional[dict], graphs_on: bool) -> Optional[Callable]:
+    """The rewritten graph called directly when it holds only te_compile's ops (te_compile.direct), for
+    Inductor with no mode or options and no CUDA graphs; None otherwise."""
+    if options.inner != "inductor" or inductor_config or graphs_on:
+        return None
+    return direct_callable(gm)
 
 
 def _replaying(compiled: Callable, report: GraphReport) -> Callable:
@@ -306,7 +316,7 @@ def _rewrite(gm: GraphModule, original: torch.fx.Graph, options: Options, checke
         return []
 
 
-def _finish(gm: GraphModule, decisions: list, options: Options) -> GraphReport:
+def _finish(gm: GraphModule, decisions: list, options: Options, direct: bool = False) -> GraphReport:
     """Record, log and trace the decisions of one compiled graph."""
     global _graph_counter
     _graph_counter += 1
@@ -320,7 +330,7 @@ def _finish(gm: GraphModule, decisions: list, options: Options) -> GraphReport:
         if d.runs_on == "cudnn" and d.spec is not None and not d.reason:
             d.note = tuning.served_note(d.spec, example_value(d.site.q))
     report = GraphReport(_graph_counter, decisions, gm.code, options, _cudnn_version(decisions, options),
-                         _call_path(decisions, options))
+                         _call_path(decisions, options), direct)
     record(report)
     for d in decisions:
         if d.rewrite:

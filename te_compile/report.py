@@ -29,6 +29,8 @@ class GraphReport:
     cudnn: str = ""
     #: which call path runs the graph's cuDNN sites: "on" (native, C++) or "off: <why>"; "" when none runs on cuDNN
     native: str = ""
+    #: the graph holds only te_compile's ops and is called without Inductor (te_compile.direct)
+    direct: bool = False
 
 
 _recorders = threading.local()
@@ -149,9 +151,12 @@ class Report:
                 f"{s['cudnn']} on cuDNN, {s['reference']} on the reference kernel, {s['kept']} kept")
         versions = sorted({g.cudnn for g in self.graphs if getattr(g, "cudnn", "")})
         paths = sorted({g.native for g in self.graphs if getattr(g, "native", "")})
-        if versions or paths:
+        direct = sum(bool(getattr(g, "direct", False)) for g in self.graphs)
+        if versions or paths or direct:
             head += " (" + "; ".join([f"cuDNN {', '.join(versions)}"] * bool(versions)
-                                     + [f"native call path: {p}" for p in paths]) + ")"
+                                     + [f"native call path: {p}" for p in paths]
+                                     + [f"{direct} graph(s) of te_compile ops only, called without Inductor"]
+                                     * bool(direct)) + ")"
         return "\n".join([head] + ([f"  ({self.note})"] if self.note else []) + [line(cols)] + [line(r) for r in rows])
 
     def __str__(self) -> str:

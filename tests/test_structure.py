@@ -104,7 +104,7 @@ LAYERS = [
      "reference", "blockmask", "install", "stale_outputs", "verify"},
     {"lowering", "prefix"},  # what cuDNN computes for a site: its lowering, the prefix-LM split
     {"cudnn"},  # what talks to cuDNN
-    {"kernels", "ops", "inserted", "passes", "rules"},  # the ops, the graph passes, the default decision
+    {"kernels", "ops", "inserted", "passes", "rules", "direct"},  # the ops, the graph passes, the default decision
     {"tuning"},  # measured decisions (the pieces backend uses)
     {"backend", "report"},  # the torch.compile backend
     {"explain", "autotune", "model_check", "benchmark", "demo", "__main__", "__init__"},  # orchestration and CLI

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
+from ..direct import direct_callable
 from ..fxcopy import copy_module
 from . import cache
 from .timing import Measurement, measure_pair, serve_on_cudnn, step, wall_timer
@@ -139,7 +140,7 @@ def _compile(gm: torch.fx.GraphModule, inputs: list[Any], needs_grad: bool) -> C
     cfg = torch._functorch.config
     patch = (cfg.patch(force_non_lazy_backward_lowering=True) if needs_grad else contextlib.nullcontext())
     with torch._guards.tracing(None), patch:
-        return compile_fx(gm, inputs)
+        return direct_callable(gm) or compile_fx(gm, inputs)  # te_compile ops only: called as the backend calls it
 
 
 def measure_graph(served: torch.fx.GraphModule, kept: torch.fx.GraphModule, inputs: list[Any], needs_grad: bool,
