@@ -62,6 +62,11 @@ _lock = threading.Lock()
 hooks: list[Callable[[Any], None]] = []
 
 
+#: counts the times the native path turned on: a runner Python built while it was off, or before it last turned
+#: on, is handed to the C++ side again (te_compile.kernels)
+generation = 0
+
+
 def active() -> bool:
     """Whether the C++ kernels serve the ops in this process."""
     return _ext is not None
@@ -84,7 +89,7 @@ def enable() -> str:
 
 
 def _try_enable() -> None:
-    global _ext, _why_off, _module
+    global _ext, _why_off, _module, generation
     why = _unavailable()
     if why:
         _why_off = why
@@ -114,6 +119,7 @@ def _try_enable() -> None:
     for hook in hooks:
         hook(ext)
     _ext = ext
+    generation += 1
     _why_off = ""
     log.info("te_compile: native call path on (cuDNN %s)", ext.backend_version())
 
@@ -301,7 +307,7 @@ def register(direction: str, args: tuple, info: dict) -> None:
         return
     vp = plan_blob.variant_pack(info["plan"])
     if isinstance(vp, str):
-        _decline(direction, vp)
+        decline(direction, vp)
         return
     pack = (vp.plan_json, list(vp.uids), list(vp.kinds), list(vp.payloads), list(vp.offsets), vp.fe_workspace,
             info["n_inputs"], info["consts"])
@@ -316,14 +322,15 @@ def register(direction: str, args: tuple, info: dict) -> None:
                                   info["grad_strides"], info["need_dbias"], info["bias_shape"], info["bias_copy"],
                                   info["guard_lse"])
     except Exception as e:  # noqa: BLE001 - a runner C++ refuses stays with Python; the call itself goes on
-        _decline(direction, f"{type(e).__name__}: {e}")
+        decline(direction, f"{type(e).__name__}: {e}")
 
 
 #: why signatures stayed with Python ("forward: <reason>" -> how many)
 declined: dict = {}
 
 
-def _decline(direction: str, why: str) -> None:
+def decline(direction: str, why: str) -> None:
+    """Record that a signature's runner stays with Python, and why (``declined``, ``stats()``)."""
     key = f"{direction}: {why}"
     declined[key] = declined.get(key, 0) + 1
     log.info("te_compile: the native call path leaves a %s signature to Python (%s)", direction, why)
