@@ -8,8 +8,9 @@ Called directly, the graph runs the op through the dispatcher, whose Autograd ke
 (te_compile.ops) where an input requires a gradient, as AOTAutograd's would.
 
 A node no output depends on is dropped only where Inductor would drop it too: it reads no graph input (so
-it cannot mutate one) and draws no random numbers; flex's own empty-BlockMask construction, traced
-into the graph of a call without a BlockMask, is such a node. Any other node keeps the graph with Inductor.
+it cannot mutate one) and is a pure tensor op (``_DROPPABLE``); flex's own empty-BlockMask construction, traced
+into the graph of a call without a BlockMask, is such a node. Any other node keeps the graph with Inductor:
+a grad-mode or autocast switch around the op, for one, is a node nothing reads.
 
 ``TE_COMPILE_DIRECT=0`` (read at compile time) hands every graph to Inductor.
 """
@@ -28,21 +29,35 @@ def _is_te_op(target: object) -> bool:
     return isinstance(target, torch._ops.OpOverload) and target.namespace == "te_compile"
 
 
-#: names of the calls that draw from torch's random generators (a superset: a false match only keeps a graph with
-#: Inductor)
-_RANDOM = ("rand", "bernoulli", "normal", "dropout", "multinomial", "poisson", "seed", "uniform", "exponential",
-           "cauchy", "geometric")
+#: the calls a node no output depends on may make and still be left out: pure tensor ops on tensors the graph made
+#: itself (what flex's empty-BlockMask construction traces: constants, comparisons, vmap's bookkeeping, which it
+#: opens and closes among those nodes). Anything else keeps the graph with Inductor: a grad-mode or autocast switch
+#: around the op (Dynamo records ``_set_grad_enabled`` / ``_enter_autocast`` as nodes nothing reads), a random draw.
+_DROPPABLE = frozenset({
+    # constructors and shape ops
+    "ones", "zeros", "full", "empty", "arange", "tensor", "ones_like", "zeros_like", "full_like", "empty_like",
+    "new_zeros", "new_ones", "new_full", "new_empty", "unsqueeze", "squeeze", "contiguous", "transpose", "permute",
+    "view", "reshape", "expand", "expand_as", "flatten", "narrow", "select", "flip", "stack", "cat", "to", "int",
+    "long", "bool", "float", "type", "clone", "size", "dim", "numel",
+    # arithmetic, comparisons, reductions, indexing
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "neg", "pow", "abs", "remainder", "floor_divide", "min", "max",
+    "clamp", "lt", "le", "gt", "ge", "eq", "ne", "and_", "or_", "invert", "bitwise_and", "bitwise_or",
+    "logical_and", "logical_or", "logical_not", "where", "argsort", "sort", "sum", "cumsum", "any", "all",
+    "getitem", "setitem", "index_select", "gather", "scatter", "scatter_", "masked_fill", "masked_fill_", "fill_",
+    "copy_", "zero_", "add_", "sub_", "mul_",
+    # vmap's bookkeeping in flex's traced BlockMask construction (opened and closed among the dropped nodes)
+    "lazy_load_decompositions", "_vmap_increment_nesting", "_vmap_decrement_nesting", "_add_batch_dim",
+    "_remove_batch_dim"})
 
 
 def _droppable(node: Node) -> bool:
-    """May a node no output depends on be left out? Only a constant, or a call that cannot mutate a graph input
-    (the caller checks that it reads none) and draws no random numbers."""
+    """May a node no output depends on be left out? A constant, or a call in ``_DROPPABLE`` (the caller checks
+    that it reads no graph input, so it cannot mutate one)."""
     if node.op == "get_attr":
         return True
     if node.op not in ("call_function", "call_method"):
         return False
-    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", repr(node.target))
-    return not any(r in name.lower() for r in _RANDOM)
+    return (node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")) in _DROPPABLE
 
 
 def attention_only(gm: GraphModule) -> Optional[GraphModule]:

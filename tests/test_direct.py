@@ -119,3 +119,28 @@ def test_under_cuda_graph_modes_inductor_compiles_it(monkeypatch):
     torch._dynamo.reset()
     torch.compile(fn, backend=te_compile.backend(target="reference", serve="always"))(q, k, v)
     assert len(calls) == 1
+
+
+def _no_grad_region(q, k, v):
+    with torch.no_grad():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def _autocast_region(q, k, v):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("fn", [_no_grad_region, _autocast_region], ids=["no_grad", "autocast"])
+def test_a_grad_mode_or_autocast_switch_around_the_op_keeps_eager_semantics(fn):
+    """Dynamo records the switch as nodes no output reads: dropped, the op ran with grad on (its output required
+    a gradient) or without autocast (float32 out): such a graph goes through Inductor."""
+    q, k, v = (torch.randn(1, 2, 16, 8, requires_grad=True) for _ in range(3))
+    torch._dynamo.reset()
+    with record_reports() as graphs:
+        out = torch.compile(fn, backend=te_compile.backend(target="reference", serve="always"))(q, k, v)
+    ref = fn(q, k, v)
+    assert (out.dtype, out.requires_grad) == (ref.dtype, ref.requires_grad)
+    tol = 2e-2 if ref.dtype == torch.bfloat16 else 1e-5  # bfloat16: each side rounds its own way
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+    assert DIRECT not in Report(list(graphs)).table().splitlines()[0]
