@@ -138,7 +138,7 @@ def attn_fwd_cuda(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], extra
     if s.block_q:
         _check_block(s, q, k, extra, spec)
     out, lse = e.runner(q, k, v, bias, extra[: s.n_inputs])
-    if e.offered != native.generation:
+    if e.native_pending:
         _offer_native(e, "forward", (q, k, v, bias, extra, spec))
     return out, lse
 
@@ -164,7 +164,8 @@ def _first_forward(q, k, v, bias, extra, spec):
                 verify.forward(spec, s, q, k, v, bias, inputs, out, lse)
     entry = _Entry(s, runner)
     _remember(_fwd, (spec, _sig(q), _sig(k), _sig(v), _sig(bias), *map(_sig, extra)), entry)
-    _offer_native(entry, "forward", (q, k, v, bias, extra, spec))
+    if entry.native_pending:
+        _offer_native(entry, "forward", (q, k, v, bias, extra, spec))
     return out, lse
 
 
@@ -214,7 +215,7 @@ def attn_bwd_cuda(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, ls
     if e is None:
         return _first_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse)
     grads = e.runner(dout, q, k, v, out, lse, bias, extra[: e.spec.n_inputs], dlse)
-    if e.offered != native.generation:
+    if e.native_pending:
         _offer_native(e, "backward", (dout, q, k, v, out, lse, bias, extra, spec, need_dbias))
     return grads
 
@@ -239,7 +240,8 @@ def _first_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse
     entry = _Entry(s, runner)
     _remember(_bwd, (spec, need_dbias, _sig(dout), _sig(q), _sig(k), _sig(v), _sig(out), _sig(lse), _sig(bias),
                      _sig(dlse), *map(_sig, extra)), entry)
-    _offer_native(entry, "backward", (dout, q, k, v, out, lse, bias, extra, spec, need_dbias))
+    if entry.native_pending:
+        _offer_native(entry, "backward", (dout, q, k, v, out, lse, bias, extra, spec, need_dbias))
     return grads
 
 
@@ -268,14 +270,14 @@ def _sig(t: Optional[Tensor]):
 
 
 class _Entry:
-    """A signature's runner, its spec, and the native call path's generation it was handed to (None: not yet; a
-    runner built while the native path was off is handed over once it is on)."""
+    """A signature's runner, its spec, and whether the native call path may still take it over (turning the path
+    on or off empties the runner maps: te_compile.ops)."""
 
-    __slots__ = ("spec", "runner", "offered")
+    __slots__ = ("spec", "runner", "native_pending")
 
     def __init__(self, spec: AttentionSpec, runner):
         self.spec, self.runner = spec, runner
-        self.offered: Optional[int] = None
+        self.native_pending = native.active()
 
 
 #: call signature -> _Entry, forward and backward (bounded; emptied when cuDNN graphs leave their cache)
@@ -310,11 +312,10 @@ def _check_block(s: AttentionSpec, q: Tensor, k: Tensor, extra: list[Tensor], sp
 
 
 def _offer_native(entry: _Entry, direction: str, args: tuple) -> None:
-    """Hand a signature's runner to the native call path, once per time the path turned on (not while it is off,
-    nor while a CUDA graph is being captured)."""
-    if not native.active() or torch.cuda.is_current_stream_capturing():
+    """Hand a signature's runner to the native call path (once it can: not while a CUDA graph is being captured)."""
+    if torch.cuda.is_current_stream_capturing():
         return
-    entry.offered = native.generation
+    entry.native_pending = False
     info = entry.runner.native_info()
     if info is None:  # a split, a dlse, a reference fallback, or a plan the frontend cannot serialize
         native.decline(direction, f"{type(entry.runner).__name__} has no cuDNN plan the native path can load")

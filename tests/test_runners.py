@@ -262,29 +262,6 @@ def test_register_decodes_the_plan_and_records_what_it_declines(monkeypatch):
     assert list(native.declined) == ["forward: the plan's variant pack has pointer replacements"]
 
 
-def test_a_runner_built_while_the_native_path_was_off_is_handed_over_once_it_is_on(monkeypatch):
-    """A signature's Python runner is offered to the C++ side once per time the native path turned on: not while
-    it is off (a runner built then would otherwise stay with Python for good), again after it was off and on."""
-    offers = []
-    monkeypatch.setattr(native, "register", lambda direction, args, info: offers.append(direction))
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-
-    class Runner:
-        def native_info(self):
-            return {}
-    entry = kernels._Entry(AttentionSpec(mask="causal"), Runner())
-    monkeypatch.setattr(native, "_ext", None)
-    kernels._offer_native(entry, "forward", ())
-    assert offers == [] and entry.offered is None
-    monkeypatch.setattr(native, "_ext", _FakeExt())
-    monkeypatch.setattr(native, "generation", native.generation + 1)
-    assert entry.offered != native.generation  # what attn_fwd_cuda checks on each call it serves
-    kernels._offer_native(entry, "forward", ())
-    assert offers == ["forward"] and entry.offered == native.generation
-    monkeypatch.setattr(native, "generation", native.generation + 1)  # turned off and on again
-    assert entry.offered != native.generation
-
-
 def test_a_runner_without_a_loadable_plan_is_counted_with_its_kind(monkeypatch):
     monkeypatch.setattr(native, "declined", {})
     monkeypatch.setattr(native, "_ext", _FakeExt())

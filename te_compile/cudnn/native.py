@@ -62,11 +62,6 @@ _lock = threading.Lock()
 hooks: list[Callable[[Any], None]] = []
 
 
-#: counts the times the native path turned on: a runner Python built while it was off, or before it last turned
-#: on, is handed to the C++ side again (te_compile.kernels)
-generation = 0
-
-
 def active() -> bool:
     """Whether the C++ kernels serve the ops in this process."""
     return _ext is not None
@@ -89,7 +84,7 @@ def enable() -> str:
 
 
 def _try_enable() -> None:
-    global _ext, _why_off, _module, generation
+    global _ext, _why_off, _module
     why = _unavailable()
     if why:
         _why_off = why
@@ -119,7 +114,6 @@ def _try_enable() -> None:
     for hook in hooks:
         hook(ext)
     _ext = ext
-    generation += 1
     _why_off = ""
     log.info("te_compile: native call path on (cuDNN %s)", ext.backend_version())
 
