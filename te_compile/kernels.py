@@ -143,6 +143,19 @@ def attn_fwd_cuda(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], extra
     return out, lse
 
 
+def _dispatch_forward(q, k, v, bias, extra, spec):
+    """attn_fwd through the dispatcher below Autograd, for a runner made of other calls (the prefix-LM split's two
+    halves): with the native call path on, each half runs in C++ through a runner of its own."""
+    with torch._C._AutoDispatchBelowAutograd():
+        return torch.ops.te_compile.attn_fwd.default(q, k, v, bias, extra, spec)
+
+
+def _dispatch_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse=None):
+    """attn_bwd through the dispatcher below Autograd (as ``_dispatch_forward``)."""
+    with torch._C._AutoDispatchBelowAutograd():
+        return torch.ops.te_compile.attn_bwd.default(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse)
+
+
 def _first_forward(q, k, v, bias, extra, spec):
     s = AttentionSpec.from_key(spec)
     inputs = list(extra[: s.n_inputs])
@@ -155,7 +168,7 @@ def _first_forward(q, k, v, bias, extra, spec):
         from .cudnn import runners
         _forget_with_graphs(runners.graphs)
         try:
-            runner, (out, lse) = runners.forward(s, q, k, v, bias, inputs, attn_fwd_cuda)
+            runner, (out, lse) = runners.forward(s, q, k, v, bias, inputs, _dispatch_forward)
         except runners.graphs.Unsupported as e:
             runner = _ReferenceForward(s, spec, str(e))
             out, lse = runner(q, k, v, bias, inputs)
@@ -230,7 +243,8 @@ def _first_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse
         from .cudnn import runners
         _forget_with_graphs(runners.graphs)
         try:
-            runner, grads = runners.backward(s, dout, q, k, v, out, lse, bias, need_dbias, inputs, dlse, attn_bwd_cuda)
+            runner, grads = runners.backward(s, dout, q, k, v, out, lse, bias, need_dbias, inputs, dlse,
+                                             _dispatch_backward)
         except runners.graphs.Unsupported as e:
             runner = _ReferenceBackward(s, spec, need_dbias, str(e))
             grads = runner(dout, q, k, v, out, lse, bias, inputs, dlse)
