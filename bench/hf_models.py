@@ -11,10 +11,12 @@ attention sites were served on cuDNN and how many were kept (and why).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -257,13 +259,28 @@ def main() -> int:
     return 0
 
 
+def _command() -> str:
+    """This run's command line without its --json destination (the JSON records how it was made, not where)."""
+    args, out = sys.argv[1:], ["bench/hf_models.py"]
+    i = 0
+    while i < len(args):
+        if args[i] == "--json":
+            i += 2
+            continue
+        if not args[i].startswith("--json="):
+            out.append(args[i])
+        i += 1
+    return " ".join(out)
+
+
 def save(path: str, rows: list) -> None:
     if not path:
         return
     from te_compile.cudnn.versions import running
     with open(path + ".tmp", "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": running(),
-                   "rows": rows}, f, indent=1)
+                   "date": datetime.date.today().isoformat(),
+                   "command": _command(), "rows": rows}, f, indent=1)
     os.replace(path + ".tmp", path)
 
 

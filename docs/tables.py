@@ -173,7 +173,7 @@ def render(link_prefix: str) -> str:
 
 
 #: one block per card
-HOST_TIMES = ("docs/data/host-time-h200-919-2026-11-28-direct.json", "docs/data/host-time-replays-h100-919-2026-11-28.json")
+HOST_TIMES = ("docs/data/host-time-h200-919-2026-11-28-allowlist.json", "docs/data/host-time-replays-h100-919-2026-11-28.json")
 #: bench/host_time.py's call names -> the table's row labels, in the table's order
 HOST_ROWS = (("te op fwd (native)", "te op fwd, native"), ("te op fwd (native, no replays)", "te op fwd, native, no replays"),
              ("te op fwd (python)", "te op fwd, Python path"), ("aten cuDNN SDPA fwd", "aten cuDNN SDPA fwd"),
@@ -1074,7 +1074,7 @@ BENCHMARKS = {"docs/benchmarks.md": "data/"}
 
 
 #: table name -> (renderer, {file: how it links to docs/data/})
-NATIVE_SWEEPS = (("forward only", "docs/data/sweep-flex-infer-h200-919-2026-11-28-direct.json"),)
+NATIVE_SWEEPS = (("forward only", "docs/data/sweep-flex-infer-h200-919-2026-11-28-prefix-halves.json"),)
 
 
 def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
@@ -1094,9 +1094,10 @@ def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
     out += [f"`bench/sweep.py --part flex --shape {shape} --always --control{infer}`"
             f"{' (and `--infer`)' if len(runs) > 1 else ''}, "
             f"**{d0['device']}, torch {d0['torch']}, cuDNN {d0['cudnn'] // 10000}.{d0['cudnn'] // 100 % 100}, "
-            f"native call path with replays, 2026-11-28**; ratios are loop throughput (a loop of steps between two "
-            f"events), torch.compile's time over the other's; \"always / kernels\" is `serve=\"always\"`'s loop time "
-            f"over its profiler kernel time. Data: {links}.", "",
+            f"native call path with replays, {d0.get('date', '2026-11-28')}**; ratios are loop throughput (a loop of steps "
+            f"between two events), torch.compile's time over the other's; \"always / kernels\" is `serve=\"always\"`'s "
+            f"loop time over its profiler kernel time (in parentheses: its median step, events around one step, over "
+            f"the same kernel time). Data: {links}.", "",
             f"| variant | default decision ({kinds}) | always vs torch.compile | default vs torch.compile | "
             "A/A | always / kernels |", "|---|---|---|---|---|---|"]
     by_case: dict = {}
@@ -1112,7 +1113,8 @@ def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
 
     def on_kernels(r):  # a row serve="always" kept runs torch.compile's kernels (runs that record it)
         kept = " (kept: Inductor's)" if r.get("served_always") == 0 else ""
-        return f"{r['always']['loop_ms'] / r['always']['kernel_ms']:.2f}x{kept}"
+        a = r["always"]
+        return f"{a['loop_ms'] / a['kernel_ms']:.2f}x (step {a['ms'] / a['kernel_ms']:.2f}x){kept}"
 
     def cell(rows, fn):  # forward / training (a variant the training run left out: "-")
         return " / ".join(fn(r) for r in rows) if len(rows) == len(runs) else f"{fn(rows[0])} / -"
@@ -1130,7 +1132,11 @@ def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
 DEFAULT_SWEEPS = tuple(tuple(f"docs/data/sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in shape) for shape in (
     ("2x16x4096x128",), ("1x32x4096x128x8",), ("8x16x1024x64",),
     ("1x16x16384x128-part1", "1x16x16384x128-part2")))
-HF_DEFAULT = "docs/data/hf-default-1x8192-h200-919-2026-11-28.json"
+#: Hugging Face models at 1x8192 under the default policy, in the order they ran (a later file's model replaces an
+#: earlier row of it)
+HF_DEFAULT = ("docs/data/hf-default-1x8192-h200-919-2026-11-28.json",
+              "docs/data/hf-default-1x8192-h200-919-2026-11-28-gemma3.json",
+              "docs/data/hf-default-1x8192-h200-919-2026-11-28-mistral.json")
 
 
 def _aa(r: dict) -> tuple[float, float]:
@@ -1187,16 +1193,28 @@ def render_default_policy(link_prefix: str) -> str:
 
 def render_hf_default(link_prefix: str) -> str:
     """Hugging Face models at 1x8192 with flex_attention: the default policy against plain torch.compile and against
-    the better of it and serve="always", training and inference, with the A/A column."""
-    d = _json(HF_DEFAULT)
-    name = os.path.basename(HF_DEFAULT)
-    out = [GENERATED, f"`{d['command']}`, **{_gpu(d)}, torch {d['torch']}, cuDNN {_ver(d['cudnn'])}, native call path, "
-           f"{d['date']}**; ms per step, the best of three alternating rounds; {d['note']}. Since this run the rules "
-           "keep Mistral's sites (sliding windows of 512 keys: \"flex narrow window\" in docs/README.md's rule table). "
-           f"Data: [{name}]({link_prefix}{name}).", "",
+    the better of it and serve="always", training and inference, with the A/A column. HF_DEFAULT's files in the order
+    they ran: a model measured again in a later file takes that file's row."""
+    runs = [(path, _json(path)) for path in HF_DEFAULT]
+    rows: dict = {}
+    for path, d in runs:
+        for r in d["rows"]:
+            rows[r["model"]] = (path, r)
+    d0 = runs[0][1]
+    sources = []
+    for path, d in runs:
+        models = [MODELS.get(m, m) for m, (p, _) in rows.items() if p == path]
+        if models:
+            name = os.path.basename(path)
+            note = f"; {d['note']}" if d.get("note") else ""
+            sources.append(f"{', '.join(models)}: `{d['command']}`, {d['date']} ([{name}]({link_prefix}{name}){note})")
+    out = [GENERATED, f"**{_gpu(d0)}, torch {d0['torch']}, cuDNN {_ver(d0['cudnn'])}, native call path**; ms per step, "
+           "the best of three alternating rounds; one process per command. " + "; ".join(sources) + ". "
+           "A kept site runs torch.compile's own code on both sides, so where every site is kept the ratio is the "
+           "run's noise, as the A/A column is.", "",
            "| model | sites on cuDNN (default) | step | default | always | torch.compile | default vs torch.compile "
            "| default vs the better | A/A |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in d["rows"]:
+    for _, r in rows.values():
         for mode in ("train", "infer"):
             t, sites = r[mode], r[mode + "_sites"]
             out.append(f"| {MODELS.get(r['model'], r['model'])} | {sites['cudnn']} of {sites['sites']} | "
