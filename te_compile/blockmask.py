@@ -55,7 +55,7 @@ def mismatch(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: in
         return f"the BlockMask has {kv_num.shape[-1]} query blocks, the call needs {nq}"
     from .reference import index_grids
 
-    grids = {**index_grids(B, H, L, S, device), "inputs": list(inputs)}
+    grids = {**index_grids(B, H, L, S, device), "inputs": list(inputs), "bufs": list(inputs)}
     # a mask_mod that folds to a constant (``x | True``) evaluates to a CPU scalar: bring it to the blocks' device
     elem = ir.evaluate(mask_expr, grids).to(device=device, dtype=torch.bool)
     while elem.dim() < 4:

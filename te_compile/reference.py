@@ -45,8 +45,10 @@ def index_grids(B: int, H: int, L: int, S: int, device: torch.device) -> dict:
 
 
 def index_env(q: Tensor, k: Tensor, extra: Sequence[Tensor] = ()) -> dict:
-    """index_grids for a call's q / k, plus the extra ``(in i)`` inputs."""
-    return {**index_grids(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.device), "inputs": list(extra)}
+    """index_grids for a call's q / k, plus the extra inputs: the ``(in i)`` terms, which an interval spec's
+    mask_mod reads as its captured tensors ``(buf i)``."""
+    return {**index_grids(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.device), "inputs": list(extra),
+            "bufs": list(extra)}
 
 
 def _raw_scores(q: Tensor, k: Tensor, spec: AttentionSpec) -> Tensor:

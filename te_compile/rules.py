@@ -27,9 +27,8 @@ NARROW_WINDOW = 1024
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """Serve a class from ``min_tokens`` query tokens on (None: keep it), ``graphs_min_tokens`` under CUDA graphs
-    (None: keep it there too). ``why``: one sentence for the report. ``cites``: the sweep files (docs/data) and case
-    names the rule was read from."""
+    """Serve a class from ``min_tokens`` query tokens on (None: keep it), ``graphs_min_tokens`` under CUDA graphs (None:
+    keep it there too); ``why``: one sentence for the report; ``cites``: the runs (docs/data, case names) it rests on."""
 
     min_tokens: Optional[int]
     graphs_min_tokens: Optional[int]
@@ -50,6 +49,8 @@ _DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in (
 _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8192-h200-927-2026-11-27-mistral.json",
                "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
 _FLEX = _TUNED + _NATIVE + _DEFAULT
+_MASKS = (tuple(f"masks-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128")),  # bench/masks.py
+          ("flex prefix-LM", "flex document4", "flex document16", "flex sink+local"))
 
 RULES: dict[str, Rule] = {
     "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: te_compile's steps were "
@@ -72,17 +73,16 @@ RULES: dict[str, Rule] = {
                                "Gemma-3's 512): whole Mistral models at 8192 tokens with every such site served ran "
                                "0.94-1.02x of torch.compile in training and 0.95-1.05x in inference (H100, H200); not "
                                "measured under CUDA graphs", ((_WINDOW_512, ("mistral",)),)),
-    "flex score_mod": Rule(4096, 512, "a non-linear score_mod (softcap): kernels 1.87-2.55x; steps 1.88-2.37x "
-                           "from 4096 tokens, 0.64-1.17x at 512-1024",
-                           ((_FLEX, ("flex softcap", "flex softcap + causal")),)),
+    "flex score_mod": Rule(4096, 512, "a non-linear score_mod (softcap): kernels 1.87-2.55x; steps 1.88-2.37x from "
+                           "4096 tokens, 0.64-1.17x at 512-1024", ((_FLEX, ("flex softcap", "flex softcap + causal")),)),
     "flex additive score_mod": Rule(4096, 512, "an additive score_mod (ALiBi): kernels 1.10-1.41x; steps "
                                     "1.26-1.35x from 4096 tokens, 0.66-0.71x at 512-1024", ((_FLEX, ("flex ALiBi",)),)),
     "flex native ALiBi + causal": Rule(4096, 512, "cuDNN's own ALiBi with causal masking: kernels 1.04-1.50x; steps "
-                                       "1.16-1.37x from 4096 tokens, 0.51-0.63x at 512-1024",
-                                       ((_FLEX, ("flex ALiBi + causal",)),)),
+                                       "1.16-1.37x from 4096 tokens, 0.51-0.63x at 512-1024", ((_FLEX, ("flex ALiBi + causal",)),)),
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
-                              "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)",
-                              ((_FLEX, ("flex prefix-LM",)),)),
+                              "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)", ((_FLEX, ("flex prefix-LM",)),)),
+    "flex intervals": Rule(16384, None, "a mask of key intervals (documents, prefix-LM, sink + local) on cuDNN's interval "
+                           "kernels: kernels 1.5-1.7x, steps 1.4-1.6x at 32768 tokens, host-bound at 4096", (_MASKS,)),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
                               "0.98-1.01x", ((_FLEX, ("flex document",)),)),
     "flex additive score_mod + mask": Rule(None, None, "an additive score_mod with a mask cuDNN computes every tile "
@@ -96,6 +96,8 @@ RULES: dict[str, Rule] = {
 
 def site_class(spec: AttentionSpec, has_bias: bool, need_dbias: bool, L: int, S: int, H: int = 0) -> str:
     """The rule's class of a site, from what the lowering decided for it."""
+    if spec.intervals:
+        return "flex intervals"
     if spec.source != "flex":
         if not has_bias:
             return "sdpa"
@@ -150,7 +152,4 @@ def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbi
     return None if serve else Reason(f"{why} ({MEASURED_ON}; not measured here: te-compile tune or "
                                      "mode='max-autotune' measures it); te_compile.backend(serve='always') serves "
                                      "it anyway", SLOWER)
-
-
-__all__ = ["RULES", "Rule", "MEASURED_ON", "site_class", "decide", "slower_reason"]
 

@@ -55,6 +55,9 @@ class AttentionSpec:
     #: the score_mod is ALiBi with cuDNN's own slopes for this many heads under a causal mask_mod (checked at
     #: compile time, te_compile.alibi): at that head count cuDNN's native ALiBi serves it; 0 = not ALiBi
     alibi_heads: int = 0
+    #: cuDNN's interval-mask kernels serve the mask_mod (te_compile.intervals, te_compile.cudnn.flexkernel): the
+    #: mask_mod reads the op's ``n_inputs`` extra inputs as its captured tensors ``(buf i)``; no score_mod, no bias
+    intervals: bool = False
     #: compare with the reference math on the first call of each configuration (te_compile.verify)
     verify: bool = False
 
@@ -121,6 +124,8 @@ class AttentionSpec:
             parts.append(f"mask_mod={self.mask_mod}")
         if self.alibi_heads:
             parts.append(f"alibi=cuDNN slopes for {self.alibi_heads} heads")
+        if self.intervals:
+            parts.append("cuDNN interval kernels")
         if self.impl != "cudnn":
             parts.append(f"impl={self.impl}")
         return ", ".join(parts)

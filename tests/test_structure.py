@@ -102,7 +102,7 @@ LAYERS = [
     # the language of a site: expressions, specs, reasons, layouts, the exact math, warnings
     {"expr", "opdefs", "ir", "spec", "layout", "reasons", "fxcopy", "cli_parser", "user_warnings", "infix", "alibi",
      "reference", "blockmask", "install", "stale_outputs", "verify"},
-    {"lowering", "prefix"},  # what cuDNN computes for a site: its lowering, the prefix-LM split
+    {"lowering", "prefix", "intervals"},  # what cuDNN computes for a site: its lowering, the prefix-LM split, key intervals
     {"cudnn"},  # what talks to cuDNN
     {"kernels", "ops", "inserted", "passes", "rules", "direct"},  # the ops, the graph passes, the default decision
     {"tuning"},  # measured decisions (the pieces backend uses)

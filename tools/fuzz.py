@@ -306,11 +306,49 @@ def make_case(seed: int, device: str, peer: Optional[Any] = None) -> Case:
         c.score = _source("score", f"score + torch.exp2(-((h + 1) * 8.0 / {c.H})) * (kv_idx - q_idx)")
         c.mask = _source("mask", "q_idx >= kv_idx")
         return c
+    if r.random() < 0.12:
+        return _interval_case(c, r)
     g = _Gen(r, c)
     if r.random() < 0.85:
         c.score = _source("score", g.fexpr(r.randint(1, 3)) if r.random() < 0.8 else g.term(1) + " + score")
     if r.random() < 0.55 or c.score is None:
         c.mask = _source("mask", g.mask_body(2))
+    c.captured = list(g.captured)
+    return c
+
+
+def _interval_case(c: Case, r: random.Random) -> Case:
+    """A mask_mod of key intervals and no score_mod (cuDNN's interval kernels on a GPU): packed documents (runs of
+    ids per row, a different packing per row, length-1 documents, one document; sometimes ids that are not runs),
+    prefix-LM, sink + local, padding by length (rows that see no key), global tokens, and compositions of them."""
+    c.S = c.L
+    g = _Gen(r, c)
+
+    def atom() -> str:
+        k = r.randrange(7)
+        if k == 0:
+            t = g.cap(("B", "L"), "scatter" if r.random() < 0.1 else "packing", "int64")
+            return f"({t}[b, q_idx] == {t}[b, kv_idx])"
+        if k == 1:
+            t = g.cap(("L",), "packing", "int64")
+            return f"({t}[q_idx] == {t}[kv_idx])"
+        if k == 2:
+            return f"((kv_idx < {r.randint(0, c.L)}) | (q_idx >= kv_idx))"
+        if k == 3:
+            return f"((q_idx >= kv_idx) & ((kv_idx < {r.randint(1, 4)}) | (q_idx - kv_idx <= {r.randint(0, 20)})))"
+        if k == 4:
+            t = g.cap(("B",), f"randint:0:{c.L + 1}", "int64")
+            return f"((kv_idx < {t}[b]) & (q_idx < {t}[b]))"
+        if k == 5:
+            n = r.randint(1, 3)
+            return f"((kv_idx < {n}) | (q_idx < {n}) | (q_idx - kv_idx <= {r.randint(0, 9)}))"
+        return "(q_idx >= kv_idx)"
+
+    body = atom()
+    for _ in range(r.choice((0, 0, 1, 2))):
+        op = r.choice(("&", "|", "& ~"))
+        body = f"({body} {op} {atom()})"
+    c.mask = _source("mask", body)
     c.captured = list(g.captured)
     return c
 
@@ -352,6 +390,20 @@ def _make_tensor(cap: dict, c: Case, g: torch.Generator) -> torch.Tensor:
         for cut in cuts:
             ids[cut:] += 1
         t = ids.expand(shape).clone()
+    elif make in ("packing", "scatter"):  # document ids per row: contiguous runs (packing) or not (scatter)
+        n = shape[-1]
+        rows = []
+        for _ in range(math.prod(shape[:-1])):
+            if make == "scatter":
+                rows.append(torch.randint(0, 3, (n,), generator=g))
+                continue
+            docs = int(torch.randint(1, n + 1, (1,), generator=g)) if torch.rand((), generator=g) < 0.7 else 1
+            cuts = torch.randperm(max(n - 1, 0), generator=g)[: docs - 1].add(1).sort().values
+            ids = torch.zeros(n, dtype=torch.int64)
+            for cut in cuts.tolist():
+                ids[cut:] += 1
+            rows.append(ids + int(torch.randint(0, 5, (1,), generator=g)))
+        t = torch.stack(rows).view(shape) if rows else torch.zeros(shape, dtype=torch.int64)
     elif make == "arange":
         t = torch.arange(shape[-1]).expand(shape).clone()
     elif make == "bool":

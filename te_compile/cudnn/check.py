@@ -154,6 +154,10 @@ def _short_keys(lw, k: torch.Tensor, needs_grad: bool) -> Optional[str]:
 def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
           spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> Optional[Reason]:
     """Reason cuDNN cannot serve this call, or None. Tensors may be fake."""
+    if spec.intervals:
+        from .flexkernel import unavailable
+        why = unavailable(q, k, v)
+        return Reason(f"cuDNN's interval kernels: {why}", NOT_ON_CUDNN) if why else None
     lw = lower(spec)
     if lw.unsupported:
         return Reason(lw.unsupported, NOT_ON_CUDNN)

@@ -301,6 +301,9 @@ def forward(spec: AttentionSpec, q: Tensor, k: Tensor, v: Tensor, bias: Optional
     """The runner for this call's signature, and this call's (out, lse) (the first call settles the runner).
     ``call(q, k, v, bias, extra, spec)`` runs a forward through the runner map (the prefix split's two calls).
     Raises ``graphs.Unsupported``."""
+    if spec.intervals:
+        r = _interval_runner(spec, q, k, v, forward=True)
+        return r, r(q, k, v, bias, inputs)
     L, S = q.shape[2], k.shape[2]
     sp = prefix_split(spec, L, S, bias is not None)
     if sp is not None:
@@ -319,6 +322,9 @@ def backward(spec: AttentionSpec, dout: Tensor, q: Tensor, k: Tensor, v: Tensor,
              bias: Optional[Tensor], need_dbias: bool, inputs: Sequence[Tensor], dlse: Optional[Tensor],
              call: Callable) -> tuple[Any, tuple[Tensor, Tensor, Tensor, Tensor]]:
     """As ``forward``, for the backward; ``call(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse)``."""
+    if spec.intervals:
+        r = _interval_runner(spec, q, k, v, forward=False)
+        return r, r(dout, q, k, v, out, lse, bias, inputs, dlse)
     L, S = q.shape[2], k.shape[2]
     sp = prefix_split(spec, L, S, bias is not None)
     if sp is not None:
@@ -332,3 +338,14 @@ def backward(spec: AttentionSpec, dout: Tensor, q: Tensor, k: Tensor, v: Tensor,
                                                 need_dbias, inputs)
     r = DirectBackward(launch, guard) if launch is not None else GeneralBackward(spec, need_dbias, guard)
     return r, (dq, dk, dv, dbias)
+
+
+def _interval_runner(spec: AttentionSpec, q: Tensor, k: Tensor, v: Tensor, forward: bool):
+    """cuDNN's interval-mask kernels (te_compile.cudnn.flexkernel) for an interval spec; Unsupported where they
+    cannot run here."""
+    from . import flexkernel
+
+    why = flexkernel.unavailable(q, k, v)
+    if why:
+        raise graphs.Unsupported(why)
+    return flexkernel.IntervalForward(spec) if forward else flexkernel.IntervalBackward(spec)

@@ -59,6 +59,8 @@ class FlexInserts:
     mask_term: Optional[str] = None
     #: (QB, KB, kv_num, kv_idx, full_num, full_idx): the BlockMask ``materialize_mask`` honours
     mask_block: Optional[tuple] = None
+    #: the captured tensors go to the op as they are (an interval spec's mask_mod reads them as ``(buf j)``)
+    pass_buffers: bool = False
 
     def nodes(self) -> list[Node]:
         return [*self.buffers, *self.block_nodes, *(x for x in (self.mask_block or ()) if isinstance(x, Node))]

@@ -29,13 +29,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import os
 import operator
 from typing import Any, Optional
 
 import torch
 from torch.fx import GraphModule, Node
 
-from .. import alibi, ir
+from .. import alibi, intervals, ir
 from ..inserted import bh_input, materialize_bias, materialize_mask
 from ..reasons import (BLOCK_MASK, NEEDS_GRAD, NOT_EXACT, NOT_ON_CUDNN, SPARSE_MASK, TOO_LARGE, UNSUPPORTED_ARGS,
                        category)
@@ -295,6 +296,9 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
     q, k, v = operands(site)
     mods = translate_mods(site, q, d)
     scale, score = fold_scale(site.scale, mods.score)
+    served = interval_path(site, mods, score, scale, target, checker, d, q, k, v)
+    if served is not None:
+        return served
     t = split_terms(mods, score, q, k)
     need_dbias = check_bias_term(mods, t, d, q, k)
     check_call(site, t, scale, q, k, v)
@@ -309,6 +313,47 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
                       bias_term=None if t.bias_term is None else str(t.bias_term),
                       mask_term=None if t.mask_gather is None else str(t.mask_gather), mask_block=blocks.mask_block)
     return d.serve(spec)
+
+
+def interval_path(site: AttentionSite, mods: _Mods, score: ir.Expr, scale: Any, target: str,
+                  checker: Optional[Checker], d: Decision, q, k, v) -> Optional[Decision]:
+    """Serve the site on cuDNN's interval-mask kernels (te_compile.intervals) when its mask_mod is a union of key
+    intervals that the graph SDPA cannot skip tiles for (documents, prefix-LM, sink + local; a native band stays on
+    the graph path), with no score_mod; None to go on with the graph path (which may keep the site)."""
+    if os.environ.get("TE_COMPILE_INTERVALS", "1") == "0":  # read at compile time
+        return None
+    mask = mods.mask
+    if score != _SCORE or mask.is_const(True) or mods.learned or not isinstance(scale, numbers.Number):
+        return None
+    try:
+        intervals.shape(mask)
+    except intervals.NoIntervals:
+        return None
+    if not ir.buffers_used(mask) and _native_band(mask):
+        return None
+    bufs = [example_value(b) for b in mods.buffers]
+    if any(getattr(b, "device", None) != q.device for b in bufs) or q.dim() != 4:
+        return None
+    impl = impl_for(target, q)
+    try:
+        check_call(site, _Terms(_SCORE, mask, []), scale, q, k, v)
+        blocks = check_block_mask(site, _Terms(_SCORE, mask, list(bufs)), q, k)
+        spec = AttentionSpec(scale=float(scale), mask="none", impl=impl, source="flex", mask_mod=str(mask),
+                             n_inputs=len(bufs), block_q=blocks.q, block_kv=blocks.kv, block_full=blocks.full,
+                             intervals=True)
+        cudnn_supports(checker, q, k, v, None, spec, d.grads.any, False)
+    except Keep:
+        return None  # the graph path decides (and says why it keeps the site, if it does)
+    d.inserts = FlexInserts(terms=[], buffers=mods.buffers, block_nodes=blocks.nodes, pass_buffers=True)
+    d.note = "on cuDNN's interval kernels (cudnn.flex_attention)" if impl == "cudnn" else "key intervals"
+    return d.serve(spec)
+
+
+def _native_band(mask: ir.Expr) -> bool:
+    """The mask is a band the graph SDPA serves natively (causal, sliding windows): it skips those tiles itself."""
+    from ..lowering import diagonal_bounds
+
+    return diagonal_bounds(mask) != (None, None)
 
 
 #: largest bias te_compile materializes for an additive score_mod term (bytes); larger keeps the node
@@ -373,6 +418,8 @@ def apply(gm: GraphModule, d: Decision) -> None:
     with graph.inserting_before(n):
         inputs = [graph.call_function(bh_input, (site.q, term, *ins.buffers)) for term in ins.terms]
         made = list(inputs)  # the nodes that carry the site's source line
+        if ins.pass_buffers:
+            inputs = list(ins.buffers)
         bias = shift = None
         if ins.bias_term:  # the bias, each row shifted by its top (materialize_bias says why), and the shifts
             both = graph.call_function(materialize_bias, (site.q, site.k, ins.bias_term, *ins.buffers),

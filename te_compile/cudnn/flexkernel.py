@@ -1,0 +1,258 @@
+"""cuDNN's interval-mask attention kernels (the frontend's ``cudnn.flex_attention``) behind te_compile's ops.
+
+A flex site whose mask_mod is a per-row union of key intervals (te_compile.intervals) and that has no score_mod or
+bias can run on these kernels (SM90 / SM100 / SM103, CuTe DSL): they skip every tile outside the intervals, which
+the graph SDPA does only for bands. This module is the only one that touches ``cudnn.flex_attention``; it uses
+the frontend's plan builder (public) and its allocating forward / backward wrappers (``execution._flex_attention_*``,
+private: ``FRONTEND_CHECKED`` names the versions they were checked on, and a frontend without them is reported
+unavailable with its version, never called).
+
+Layouts: te_compile's q / k / v are flex's [B, H, S, D]; the kernels read [B, S, H, D] (``transpose(1, 2)``, a
+view: no copy, whatever the strides, as long as the head dim is contiguous).
+
+Plans (the intervals' block lists, built on the GPU with one host synchronisation): a mask_mod that reads no
+captured tensor depends only on the shapes, so its plan is built once per (spec, shapes) and kept; one that reads
+captured tensors (document ids) gets a plan per forward call, which its backward finds again by the lse it
+produced (the lse stays alive until the backward, so its address names that call). The same synchronisation
+reads whether the derivation holds (document ids in runs) and whether a row sees no key: a call whose ids are
+not runs runs the reference math (warned once); rows that see no key get output 0 and lse -inf, and their
+gradients 0 (the backward reads a huge lse there), as in flex.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import threading
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from .. import intervals, user_warnings
+from ..layout import like_layout_strides
+from ..spec import AttentionSpec
+
+log = logging.getLogger("te_compile")
+
+#: frontend versions whose private flex wrappers this module was checked on
+FRONTEND_CHECKED = ("1.32.0",)
+#: the architectures the kernels exist for (the frontend's runtime/arch.py)
+ARCHES = (90, 100, 103)
+
+
+@functools.lru_cache(maxsize=1)
+def _frontend() -> tuple[Optional[object], str]:
+    """(the frontend's flex modules, "") or (None, why they cannot be used here)."""
+    try:
+        import cudnn
+    except Exception as e:  # noqa: BLE001 - any import failure means: not available
+        return None, f"cuDNN frontend not importable ({type(e).__name__})"
+    ver = getattr(cudnn, "__version__", "?")
+    try:
+        from cudnn.flex_attention import create_mask_plan
+        from cudnn.flex_attention import execution
+    except Exception as e:  # noqa: BLE001 - the CuTe DSL (nvidia-cutlass-dsl) or a newer layout missing
+        return None, f"cudnn.flex_attention not importable in frontend {ver} ({type(e).__name__}: {str(e)[:80]})"
+    fwd, bwd = getattr(execution, "_flex_attention_forward", None), getattr(execution, "_flex_attention_backward", None)
+    if fwd is None or bwd is None:
+        return None, f"frontend {ver}: cudnn.flex_attention's wrappers changed (checked on {', '.join(FRONTEND_CHECKED)})"
+    return (create_mask_plan, fwd, bwd), ""
+
+
+def unavailable(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
+    """Why the interval kernels cannot serve this call (tensors may be fake), or None."""
+    if q.dtype not in (torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"dtype {str(q.dtype).replace('torch.', '')}: cuDNN's interval kernels take float16 and bfloat16"
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        return "cuDNN's interval kernels take 4-D q, k, v"
+    dqk, dv = q.shape[-1], v.shape[-1]
+    if isinstance(dqk, int) and isinstance(dv, int):
+        if not ((8 <= dqk <= 128 and 8 <= dv <= 128 and dqk % 8 == 0 and dv % 8 == 0) or (dqk, dv) in ((192, 128),
+                                                                                                    (256, 256))):
+            return f"head dims {dqk}/{dv}: cuDNN's interval kernels take 8..128 in steps of 8, 192/128 or 256/256"
+    if isinstance(q.shape[1], int) and isinstance(k.shape[1], int) and q.shape[1] % k.shape[1]:
+        return f"{q.shape[1]} query heads over {k.shape[1]} key heads"
+    if q.device.type != "cuda":
+        return "not a CUDA tensor"
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(q.device)
+        if major * 10 + minor not in ARCHES:
+            return f"sm{major}{minor}: cuDNN's interval kernels exist for sm90, sm100 and sm103"
+    mods, why = _frontend()
+    return why or None
+
+
+# --------------------------------------------------------------------------- plans
+
+class _Plan:
+    __slots__ = ("plan", "valid", "empty_rows")
+
+    def __init__(self, plan, valid: bool, empty_rows: Optional[Tensor]):
+        self.plan, self.valid, self.empty_rows = plan, valid, empty_rows
+
+
+def _bshd(t: Tensor) -> Tensor:
+    return t.transpose(1, 2)
+
+
+def _conform(t: Tensor, like: Tensor) -> Tensor:
+    """``t`` ([B, H, S, D]) in the layout the fake kernels promise (te_compile.layout: ``like``'s order)."""
+    want = like_layout_strides(t.shape, like)
+    if t.stride() == want:
+        return t
+    o = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
+    o.copy_(t)
+    return o
+
+
+def _build(spec: AttentionSpec, q: Tensor, k: Tensor, v: Tensor, bufs: Sequence[Tensor], backward: bool) -> _Plan:
+    create_mask_plan = _frontend()[0][0]
+    B, L, S = q.shape[0], q.shape[2], k.shape[2]
+    ep = intervals.endpoints(spec.mask_expr(), B, L, S, bufs, q.device)
+    f = ep.funcs[0]
+    seen = f[0].long()  # keys per row: [0, F0) plus every [F(2i+1), F(2i+2))
+    for i in range(1, f.shape[0], 2):
+        seen = seen + (f[i + 1] - f[i]).long()
+    empty = (seen == 0).view(B, 1, L)
+    flags = torch.stack([ep.valid.all(), empty.any()])
+    plan = create_mask_plan(ep.funcs, _bshd(q), _bshd(k), _bshd(v), build_backward=backward)  # synchronises
+    valid, any_empty = (bool(x) for x in flags.tolist())  # the plan build already drained the stream
+    return _Plan(plan, valid, empty if any_empty else None)
+
+
+class _Plans:
+    """Static plans per (spec, shapes, backward); per-call plans by the lse they produced (bounded, oldest first)."""
+
+    def __init__(self, maxsize: int = 64) -> None:
+        self.static: "collections.OrderedDict[tuple, _Plan]" = collections.OrderedDict()
+        self.by_lse: "collections.OrderedDict[tuple, _Plan]" = collections.OrderedDict()
+        self.maxsize = maxsize
+        self.lock = threading.Lock()
+        self.builds = 0
+
+    def _put(self, table, key, value) -> None:
+        with self.lock:
+            table[key] = value
+            while len(table) > self.maxsize:
+                table.popitem(last=False)
+
+    def get(self, spec: AttentionSpec, q, k, v, bufs, backward: bool) -> _Plan:
+        if bufs:  # reads captured tensors: a plan per forward call
+            self.builds += 1
+            return _build(spec, q, k, v, bufs, backward)
+        key = (spec, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, backward)
+        p = self.static.get(key)
+        if p is None:
+            self.builds += 1
+            p = _build(spec, q, k, v, (), backward)
+            self._put(self.static, key, p)
+        return p
+
+    def remember(self, lse: Tensor, spec: AttentionSpec, p: _Plan) -> None:
+        self._put(self.by_lse, (lse.data_ptr(), lse.shape, spec), p)
+
+    def for_backward(self, spec: AttentionSpec, q, k, v, lse: Tensor, bufs) -> _Plan:
+        if not bufs:
+            return self.get(spec, q, k, v, bufs, True)
+        p = self.by_lse.get((lse.data_ptr(), lse.shape, spec))
+        if p is None or getattr(p.plan.metadata, "has_backward", True) is False:
+            self.builds += 1
+            p = _build(spec, q, k, v, bufs, True)
+        return p
+
+
+plans = _Plans()
+_warned: set = set()
+
+
+def _warn(spec: AttentionSpec, why: str) -> None:
+    key = (spec.key(), why)
+    if key in _warned:
+        return
+    _warned.add(key)
+    msg = f"te_compile: {why}; such calls run the reference math (correct but slow). Site: {spec.describe()}"
+    log.warning(msg)
+    user_warnings.warn(msg)
+
+
+_NOT_RUNS = ("the document ids of a flex mask_mod are not contiguous runs in every row (a document comes back later "
+             "in its row)")
+
+
+def _usable(t: Tensor) -> Tensor:
+    """An operand the kernels take as it is (unit last stride, no broadcast dimension), else a dense copy."""
+    return t if t.stride(-1) == 1 and 0 not in t.stride() else t.contiguous()
+
+
+# --------------------------------------------------------------------------- runners
+
+class _Decline(Exception):
+    """This call runs the reference math (the reason is the message)."""
+
+
+class IntervalForward:
+    """A forward on the interval kernels: the plan, then the kernel on [B, S, H, D] views."""
+
+    __slots__ = ("spec", "needs_backward")
+
+    def __init__(self, spec: AttentionSpec, needs_backward: bool = True):
+        self.spec, self.needs_backward = spec, needs_backward
+
+    def __call__(self, q, k, v, bias, inputs):
+        from .. import reference
+
+        s = self.spec
+        p = plans.get(s, q, k, v, list(inputs), self.needs_backward)
+        fwd = _frontend()[0][1]
+        try:
+            if not p.valid:
+                raise _Decline(_NOT_RUNS)
+            out_b, lse, _ = fwd(_bshd(_usable(q)), _bshd(_usable(k)), _bshd(_usable(v)), mask_plan=p.plan,
+                                softmax_scale=s.scale_for(q.shape[-1]), return_lse=True)
+        except (_Decline, ValueError, TypeError, NotImplementedError) as e:
+            _warn(s, str(e) if isinstance(e, _Decline) else f"cuDNN's interval kernels declined the call ({e})")
+            out, lse = reference.attention_forward(q, k, v, None, s, list(inputs))
+            return _conform(out, q), lse.to(reference.compute_dtype(q.dtype)).contiguous()
+        out = out_b.transpose(1, 2)
+        if p.empty_rows is not None:
+            out = out.masked_fill(p.empty_rows.unsqueeze(-1), 0)
+            lse = lse.masked_fill(p.empty_rows, float("-inf"))
+        out, lse = _conform(out, q), lse.contiguous()
+        if inputs:
+            plans.remember(lse, s, p)
+        return out, lse
+
+    def native_info(self) -> None:
+        return None
+
+
+class IntervalBackward:
+    """The backward on the interval kernels, with the forward's plan (or a new one) and the empty rows' lse guard."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: AttentionSpec):
+        self.spec = spec
+
+    def __call__(self, dout, q, k, v, out, lse, bias, inputs, dlse=None):
+        from .. import reference
+
+        s = self.spec
+        p = plans.for_backward(s, q, k, v, lse, list(inputs))
+        bwd = _frontend()[0][2]
+        guarded = torch.nan_to_num(lse, nan=float("nan"), posinf=float("inf"), neginf=1e30).contiguous()
+        try:
+            if not p.valid:
+                raise _Decline(_NOT_RUNS)
+            grads = bwd(*(_bshd(_usable(t)) for t in (q, k, v, out, dout)), guarded, mask_plan=p.plan,
+                        softmax_scale=s.scale_for(q.shape[-1]), dlse_tensor=None if dlse is None else dlse.contiguous())
+            dq, dk, dv = (g.transpose(1, 2) for g in grads)
+        except (_Decline, ValueError, TypeError, NotImplementedError) as e:
+            _warn(s, str(e) if isinstance(e, _Decline) else f"cuDNN's interval kernels declined the call ({e})")
+            dq, dk, dv, _ = reference.attention_backward(dout, q, k, v, out, lse, None, s, False, list(inputs), dlse)
+        return _conform(dq, q), _conform(dk, k), _conform(dv, v), q.new_empty((0,))
+
+    def native_info(self) -> None:
+        return None

@@ -1,0 +1,118 @@
+"""cuDNN's interval-mask kernels (te_compile.cudnn.flexkernel) against eager flex in float32 on the GPU: packed
+documents (a different packing per row, length-1 documents, one document spanning the row), ids that are not runs,
+prefix-LM, sink + local, padding (rows that see no key), GQA; forward, lse and gradients with lse in the loss."""
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+import te_compile
+from te_compile import kernels
+from te_compile.spec import AttentionSpec
+
+pytestmark = pytest.mark.cuda
+
+
+def _available() -> str:
+    if not torch.cuda.is_available():
+        return "no CUDA GPU"
+    from te_compile.cudnn import flexkernel
+
+    t = torch.empty(1, 2, 128, 64, dtype=torch.bfloat16, device="cuda")
+    return flexkernel.unavailable(t, t, t) or ""
+
+
+def _packing(B: int, L: int, docs: list[int]) -> torch.Tensor:
+    g = torch.Generator().manual_seed(sum(docs))
+    rows = []
+    for n in docs:
+        cuts = (torch.randperm(L - 1, generator=g)[: n - 1] + 1).sort().values.tolist()
+        lengths = [b - a for a, b in zip([0] + cuts, cuts + [L])]
+        rows.append(torch.repeat_interleave(torch.arange(n), torch.tensor(lengths)))
+    return torch.stack(rows).cuda()
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    fin = torch.isfinite(want)
+    assert torch.equal(fin, torch.isfinite(got)), "non-finite entries differ"
+    return float((got.float()[fin] - want[fin]).abs().max() / want[fin].abs().max().clamp(min=1e-6))
+
+
+def _case(mm, B=2, H=4, Hkv=4, L=384, D=64, name=""):
+    bm = create_block_mask(mm, B, 1, L, L, device="cuda")
+    gqa = {"enable_gqa": True} if Hkv != H else {}
+
+    def f(q, k, v):
+        return flex_attention(q, k, v, block_mask=bm, return_lse=True, **gqa)
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    # [B, L, H, D] projections viewed as flex's layout, as models make them
+    q = torch.randn(B, L, H, D, device="cuda", generator=g).transpose(1, 2)
+    k, v = (torch.randn(B, L, Hkv, D, device="cuda", generator=g).transpose(1, 2) for _ in range(2))
+    return f, q, k, v
+
+
+def _check(f, q, k, v, expect_plans=True):
+    from te_compile.cudnn import flexkernel
+
+    rep = te_compile.explain(f, q.bfloat16(), k.bfloat16(), v.bfloat16())
+    spec = AttentionSpec.from_key(rep.to_dict()["sites"][0]["spec"])
+    assert spec.intervals, str(rep)
+    builds = flexkernel.plans.builds
+    cf = torch.compile(f, backend=te_compile.backend(serve="always"))
+    qb, kb, vb = (t.detach().bfloat16().requires_grad_() for t in (q, k, v))
+    q32, k32, v32 = (t.detach().requires_grad_() for t in (q, k, v))
+    out, lse = cf(qb, kb, vb)
+    eo, el = f(q32, k32, v32)
+    do = torch.randn_like(eo)
+    dl = torch.where(torch.isfinite(el), torch.randn_like(el), 0)
+    got = torch.autograd.grad((out.float() * do).sum() + (torch.nan_to_num(lse, neginf=0) * dl).sum(), (qb, kb, vb))
+    want = torch.autograd.grad((eo * do).sum() + (torch.nan_to_num(el, neginf=0) * dl).sum(), (q32, k32, v32))
+    assert _rel(out, eo) < 2e-2
+    assert _rel(lse, el) < 1e-2
+    for a, b in zip(got, want):
+        assert _rel(a, b) < 3e-2
+    if expect_plans:
+        assert flexkernel.plans.builds > builds  # the interval kernels ran, not another path
+    assert not kernels.runtime_fallbacks()
+
+
+@pytest.fixture(autouse=True)
+def _needs_kernels():
+    why = _available()
+    if why:
+        pytest.skip(f"cuDNN's interval kernels: {why}")
+
+
+@pytest.mark.parametrize("docs", [[1, 1], [4, 4], [16, 3], [384, 2]])  # one document ... every token its own
+@pytest.mark.parametrize("causal", [True, False])
+def test_packed_documents(docs, causal):
+    ids = _packing(2, 384, docs)
+    if causal:
+        mm = lambda b, h, q, kv: (ids[b, q] == ids[b, kv]) & (q >= kv)  # noqa: E731
+    else:
+        mm = lambda b, h, q, kv: ids[b, q] == ids[b, kv]  # noqa: E731
+    _check(*_case(mm))
+
+
+def test_ids_that_are_not_runs_still_give_flex_numbers():
+    ids = torch.tensor([0, 0, 1, 1, 0, 0, 2, 2] * 48, device="cuda").expand(2, 384).contiguous()
+    _check(*_case(lambda b, h, q, kv: (ids[b, q] == ids[b, kv]) & (q >= kv)))
+
+
+@pytest.mark.parametrize("name", ["prefix-LM", "sink + local", "padding", "global tokens"])
+def test_static_interval_masks(name):
+    lens = torch.tensor([200, 0], device="cuda")
+    mm = {
+        "prefix-LM": lambda b, h, q, kv: (kv < 100) | (q >= kv),
+        "sink + local": lambda b, h, q, kv: (q >= kv) & ((kv < 4) | (q - kv <= 64)),
+        "padding": lambda b, h, q, kv: (kv < lens[b]) & (q < lens[b]),
+        "global tokens": lambda b, h, q, kv: (kv < 3) | (q < 3) | ((q >= kv) & (q - kv <= 50)),
+    }[name]
+    _check(*_case(mm))
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_gqa_and_head_dims(D):
+    ids = _packing(1, 512, [5])
+    _check(*_case(lambda b, h, q, kv: (ids[b, q] == ids[b, kv]) & (q >= kv), B=1, H=8, Hkv=2, L=512, D=D))
