@@ -133,10 +133,21 @@ def test_repository_paths_named_in_the_docs_exist():
 
 
 def test_every_benchmark_json_is_named_in_benchmarks_md():
-    bench = _read(os.path.join("docs", "benchmarks.md"))
+    """benchmarks.md names the runs it shows, cudnn-notes.md the runs its facts rest on, history.md superseded runs."""
+    named = "".join(_read(os.path.join("docs", page)) for page in ("benchmarks.md", "cudnn-notes.md", "history.md"))
     data = sorted(os.listdir(os.path.join(ROOT, "docs", "data")))
     assert data and not [f for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".json")]
-    assert [f for f in data if f.endswith(".json") and f not in bench] == []
+    assert [f for f in data if f.endswith(".json") and f not in named] == []
+
+
+#: pages that state current facts stay short enough to read: what a later run supersedes goes to docs/history.md
+_MAX_LINES = {"docs/cudnn-notes.md": 600, "docs/benchmarks.md": 400}
+
+
+@pytest.mark.parametrize("page", sorted(_MAX_LINES))
+def test_fact_pages_stay_short(page):
+    lines = len(_read(page).splitlines())
+    assert lines < _MAX_LINES[page], f"{page}: {lines} lines (< {_MAX_LINES[page]}): move superseded runs to docs/history.md"
 
 
 def _tables():
