@@ -28,6 +28,7 @@ import math
 import statistics
 import sys
 import time
+import types
 from typing import Callable, Optional
 
 import torch
@@ -233,6 +234,10 @@ def _te(flex: Callable, p: str, qs, ks, vs, row: dict) -> Callable:
     import te_compile
     from te_compile.report import Report, record_reports
 
+    # a code object of its own per column: Dynamo caches compiled frames per code object, and two columns with equal
+    # backends would otherwise share one compile
+    flex = types.FunctionType(flex.__code__.replace(co_name=f"flex_{p}"), flex.__globals__, f"flex_{p}",
+                              flex.__defaults__, flex.__closure__)
     old = os.environ.get("TE_COMPILE_INTERVALS")
     if p == "graph":
         os.environ["TE_COMPILE_INTERVALS"] = "0"  # read at compile time

@@ -38,10 +38,10 @@ class Rule:
 
 #: the cited runs (docs/data): the tuned sweeps (Python call path; [:2] at 8192-16384 tokens, [4:] at 512-1024), the
 #: native call path's first sweeps, the default policy's sweep (H200, four shapes), Hugging Face Mistral at 1x8192
-_TUNED = ("tuned-flex-h100-919-2026-11-27-1x16x16384x128.json", "tuned-flex-h100-919-2026-11-27-1x32x8192x128x8.json",
-          "tuned-flex-h200-919-2026-11-27.json", "tuned-flex-h200-927-2026-11-27.json",
-          "tuned-flex-h100-919-2026-11-27-8x16x1024x64.json", "tuned-flex-h100-919-2026-11-27-8x16x512x64.json",
-          "tuned-flex-h200-919-2026-11-27-4x16x512x64.json")
+_TUNED = tuple(f"tuned-flex-{s}.json" for s in (
+    "h100-919-2026-11-27-1x16x16384x128", "h100-919-2026-11-27-1x32x8192x128x8", "h200-919-2026-11-27",
+    "h200-927-2026-11-27", "h100-919-2026-11-27-8x16x1024x64", "h100-919-2026-11-27-8x16x512x64",
+    "h200-919-2026-11-27-4x16x512x64"))
 _NATIVE = ("sweep-flex-train-h200-919-2026-11-28.json", "sweep-flex-train-h100-919-2026-11-28-1x32x4096x128x8.json",
            "sweep-flex-infer-h200-919-2026-11-28.json")
 _DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in (
@@ -49,8 +49,8 @@ _DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in (
 _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8192-h200-927-2026-11-27-mistral.json",
                "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
 _FLEX = _TUNED + _NATIVE + _DEFAULT
-_MASKS = (tuple(f"masks-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128")),  # bench/masks.py
-          ("flex prefix-LM", "flex document4", "flex document16", "flex sink+local"))
+_MASKS = tuple(f"masks-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))  # bench/masks.py
+_MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS, ("flex document4", "flex document16"))
 
 RULES: dict[str, Rule] = {
     "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: te_compile's steps were "
@@ -81,8 +81,8 @@ RULES: dict[str, Rule] = {
                                        "1.16-1.37x from 4096 tokens, 0.51-0.63x at 512-1024", ((_FLEX, ("flex ALiBi + causal",)),)),
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
                               "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)", ((_FLEX, ("flex prefix-LM",)),)),
-    "flex intervals": Rule(16384, None, "a mask of key intervals (documents, prefix-LM, sink + local) on cuDNN's interval "
-                           "kernels: kernels 1.5-1.7x, steps 1.4-1.6x at 32768 tokens, host-bound at 4096", (_MASKS,)),
+    "flex intervals": Rule(16384, None, "cuDNN's interval kernels: steps 1.10-1.54x at 32768 tokens", (_MASKS_STATIC,)),
+    "flex intervals, document ids": Rule(None, None, "a plan per call: steps 0.14-0.72x", (_MASKS_DOCS,)),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
                               "0.98-1.01x", ((_FLEX, ("flex document",)),)),
     "flex additive score_mod + mask": Rule(None, None, "an additive score_mod with a mask cuDNN computes every tile "
@@ -97,7 +97,7 @@ RULES: dict[str, Rule] = {
 def site_class(spec: AttentionSpec, has_bias: bool, need_dbias: bool, L: int, S: int, H: int = 0) -> str:
     """The rule's class of a site, from what the lowering decided for it."""
     if spec.intervals:
-        return "flex intervals"
+        return "flex intervals, document ids" if spec.n_inputs else "flex intervals"
     if spec.source != "flex":
         if not has_bias:
             return "sdpa"

@@ -55,10 +55,10 @@ def _case(mm, B=2, H=4, Hkv=4, L=384, D=64, name=""):
 def _check(f, q, k, v, expect_plans=True):
     from te_compile.cudnn import flexkernel
 
+    builds = flexkernel.plans.builds
     rep = te_compile.explain(f, q.bfloat16(), k.bfloat16(), v.bfloat16())
     spec = AttentionSpec.from_key(rep.to_dict()["sites"][0]["spec"])
     assert spec.intervals, str(rep)
-    builds = flexkernel.plans.builds
     cf = torch.compile(f, backend=te_compile.backend(serve="always"))
     qb, kb, vb = (t.detach().bfloat16().requires_grad_() for t in (q, k, v))
     q32, k32, v32 = (t.detach().requires_grad_() for t in (q, k, v))
