@@ -181,6 +181,10 @@ _NOT_RUNS = ("the document ids of a flex mask_mod are not contiguous runs in eve
              "in its row)")
 
 
+_CAPTURE = ("under CUDA graph capture cuDNN's interval kernels are not used (a replay of them failed with "
+            "cudaErrorInvalidAddressSpace, frontend 1.32, H200; a plan build synchronises)")
+
+
 def _usable(t: Tensor) -> Tensor:
     """An operand the kernels take as it is (unit last stride, no broadcast dimension), else a dense copy."""
     return t if t.stride(-1) == 1 and 0 not in t.stride() else t.contiguous()
@@ -204,6 +208,10 @@ class IntervalForward:
         from .. import reference
 
         s = self.spec
+        if torch.cuda.is_current_stream_capturing():
+            _warn(s, _CAPTURE)
+            out, lse = reference.attention_forward(q, k, v, None, s, list(inputs))
+            return _conform(out, q), lse.to(reference.compute_dtype(q.dtype)).contiguous()
         p = plans.get(s, q, k, v, list(inputs), self.needs_backward)
         fwd = _frontend()[0][1]
         try:
@@ -240,10 +248,13 @@ class IntervalBackward:
         from .. import reference
 
         s = self.spec
-        p = plans.for_backward(s, q, k, v, lse, list(inputs))
+        capturing = torch.cuda.is_current_stream_capturing()
+        p = None if capturing else plans.for_backward(s, q, k, v, lse, list(inputs))
         bwd = _frontend()[0][2]
         guarded = torch.nan_to_num(lse, nan=float("nan"), posinf=float("inf"), neginf=1e30).contiguous()
         try:
+            if p is None:
+                raise _Decline(_CAPTURE)
             if not p.valid:
                 raise _Decline(_NOT_RUNS)
             grads = bwd(*(_bshd(_usable(t)) for t in (q, k, v, out, dout)), guarded, mask_plan=p.plan,
