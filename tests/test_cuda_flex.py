@@ -229,9 +229,11 @@ def test_changed_constant_reuses_the_built_graph():
 
 @pytest.mark.parametrize("score", ["none", "softcap"])
 def test_document_mask_on_cudnn(score, monkeypatch):
-    """doc[q] == doc[kv] (& causal): the mask becomes a 0/-inf bias in the graph, cuDNN serves it."""
+    """doc[q] == doc[kv] (& causal) on the graph path: the mask becomes a 0/-inf bias in the graph, cuDNN serves it
+    (without a score_mod the interval kernels would take it: they are off here)."""
     from te_compile.passes import flex
     monkeypatch.setattr(flex, "MIN_GATHER_MASK_DENSITY", 0.0)  # serve it whatever its density
+    monkeypatch.setenv("TE_COMPILE_INTERVALS", "0")
     L = 256
     g = torch.Generator(device="cuda").manual_seed(0)
     docs = torch.cat([torch.full((n,), i) for i, n in enumerate((40, 100, 116))]).cuda()
@@ -262,12 +264,14 @@ PREFIX_MASKS = {
     (256, 192, 50, H, False),   # more queries than keys
     (256, 256, 100, 2, True),   # GQA, BSHD layout (the model's transpose)
 ])
-def test_prefix_lm_runs_as_two_native_calls(spelling, L, S, P, hkv, bshd):
-    """A prefix-LM mask (bidirectional over the first P keys, causal after them) runs as every query over
-    the prefix keys plus the later queries over the later keys with native causal, merged by lse
-    (te_compile.prefix), and matches eager flex: out, lse, and q/k/v gradients with a loss that reads
-    the lse too (the dlse path of both calls)."""
+def test_prefix_lm_runs_as_two_native_calls(spelling, L, S, P, hkv, bshd, monkeypatch):
+    """A prefix-LM mask (bidirectional over the first P keys, causal after them) on the graph path (the interval
+    kernels off) runs as every query over the prefix keys plus the later queries over the later keys with native
+    causal, merged by lse (te_compile.prefix), and matches eager flex: out, lse, and q/k/v gradients with a loss that
+    reads the lse too (the dlse path of both calls)."""
     from te_compile import prefix
+
+    monkeypatch.setenv("TE_COMPILE_INTERVALS", "0")
 
     g = torch.Generator(device="cuda").manual_seed(0)
 
