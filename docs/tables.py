@@ -36,7 +36,10 @@ COMMAND = "bench/sweep.py --part flex --flash --rounds 2"
 CUDNN = "cuDNN 9.19.0, cuDNN frontend 1.32.0"
 
 # file -> how it links to docs/data/
-TARGETS = {"README.md": "docs/data/", "docs/README.md": "data/"}
+TARGETS = {"docs/README.md": "data/"}
+#: the README's one results table: a few rows of the headline run, and one headline figure
+README_NAME = "readme-results"
+README_ROWS = ("flex causal", "flex sliding <", "flex softcap + causal", "flex ALiBi", "flex prefix-LM")
 
 # rows whose decision or meaning changed since the run, marked in the table itself (case -> what changed)
 SINCE = {
@@ -135,6 +138,27 @@ def render_headline(link_prefix: str) -> str:
     if any(r["ratio"] < min(_aa(r)) for r in below):
         raise SystemExit("docs/tables.py: a served headline row is slower than torch.compile beyond its A/A spread: "
                          "the headline's text does not cover that")
+    return "\n".join(out)
+
+
+def render_readme(link_prefix: str) -> str:
+    """The README's results: a few variants of the headline run (training steps) and one headline figure, the
+    geometric mean of te_compile / torch.compile over the variants served on cuDNN."""
+    data = _json(HEADLINE)
+    rows = data["rows"]
+    served = [r for r in rows if r["served"]]
+    b, h, s, d = rows[0]["shape"][:4]
+    pick = [r for name in README_ROWS for r in rows if r["case"] == name]
+    _need(len(pick) == len(README_ROWS), f"the README's rows {README_ROWS} in {HEADLINE}")
+    out = [GENERATED,
+           f"**A flex_attention training step is {_geomean([r['ratio'] for r in served]):.2f}x as fast as plain "
+           f"`torch.compile`'s** (geometric mean over the {len(served)} of {len(rows)} variants te_compile serves on "
+           f"cuDNN; {data['device']}, {b}x{h}x{s}x{d} bf16, [raw rows]({link_prefix}{os.path.basename(HEADLINE)})). "
+           "A variant it keeps runs torch.compile's own code. Some of the rows:", "",
+           "| variant | runs on | te_compile ms | torch.compile ms | speedup |", "|---|---|---|---|---|"]
+    for r in pick:
+        out.append(f"| {VARIANTS.get(r['case'], r['case'])} | {_site(r)} | {r['te_compile']['ms']:.3f} "
+                   f"| {r['torch.compile']['ms']:.3f} | {r['ratio']:.2f}x |")
     return "\n".join(out)
 
 
@@ -1284,7 +1308,7 @@ def render_dist_correctness(link_prefix: str) -> str:
     return "\n".join(out)
 
 
-TABLES = {NAME: (render_headline, TARGETS), FLASH_NAME: (render, BENCHMARKS), "host-time": (render_host_time, BENCHMARKS),
+TABLES = {NAME: (render_headline, TARGETS), README_NAME: (render_readme, {"README.md": "docs/data/"}), FLASH_NAME: (render, BENCHMARKS), "host-time": (render_host_time, BENCHMARKS),
           "rules": (render_rules, {"docs/README.md": "data/"}),
           "summary": (render_summary, BENCHMARKS), "flex-tuned": (render_flex_tuned, BENCHMARKS),
           "flex-shapes": (render_flex_shapes, BENCHMARKS),
@@ -1312,9 +1336,36 @@ def _split(text: str, path: str, name: str = NAME) -> tuple[str, str, str]:
     return head + begin, body, end + tail
 
 
+def _pins() -> dict[str, str]:
+    """The version pins the README may state -> where each is defined (the Makefile, pyproject.toml,
+    te_compile/install.py)."""
+    def grab(path: str, pattern: str) -> str:
+        with open(os.path.join(ROOT, path)) as f:
+            m = re.search(pattern, f.read(), flags=re.M)
+        _need(m is not None, f"{pattern!r} in {path}")
+        return m.group(1)
+    return {grab("Makefile", r"^TORCH_PIN \?= (torch==[\d.]+)$"): "Makefile TORCH_PIN",
+            grab("pyproject.toml", r'"(torch>=[\d.]+)"'): "pyproject.toml",
+            grab("te_compile/install.py", r'^FRONTEND = "([^"]+)"'): "te_compile/install.py FRONTEND"}
+
+
+def readme_numbers() -> list[str]:
+    """Every number README.md states outside its generated table that is not a version pin defined elsewhere
+    (the Makefile, pyproject.toml, te_compile/install.py): the README's figures all come from the table."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        head, _, tail = _split(f.read(), "README.md", README_NAME)
+    text = re.sub(r"\]\([^)]*\)", "]", head + tail)  # link targets (file names) are not figures
+    for pin in _pins():
+        text = text.replace(pin, "")
+    text = re.sub(r"\b(?:docs/)?[\w.-]+\.(?:md|py|json)\b", "", text)
+    return [f"README.md: {m.group(0)!r} outside the generated table (figures belong in it or docs/benchmarks.md)"
+            for m in re.finditer(r"(?<![\w.])\d+(?:\.\d+)*", text)]
+
+
 def stale() -> list[str]:
-    """"file: table" for every generated table that differs from what its source gives (empty: all current)."""
-    out = []
+    """"file: table" for every generated table that differs from what its source gives (empty: all current), and
+    every number README.md states outside its table (readme_numbers)."""
+    out = readme_numbers()
     for name, (fn, targets) in TABLES.items():
         for path, prefix in targets.items():
             with open(os.path.join(ROOT, path)) as f:
@@ -1350,7 +1401,8 @@ def main(argv: list[str]) -> int:
     if argv == ["--check"]:
         bad = stale()
         for where in bad:
-            print(f"{where}: the table differs from its source: run python docs/tables.py", file=sys.stderr)
+            print(where if " outside " in where else f"{where}: the table differs from its source: run python "
+                  "docs/tables.py", file=sys.stderr)
         return 1 if bad else 0
     if argv:
         print(__doc__, file=sys.stderr)
