@@ -89,7 +89,8 @@ SERVE = ("fastest", "always")
 
 
 def _default_serve() -> str:
-    return os.environ.get("TE_COMPILE_SERVE", "fastest")
+    from .env import value
+    return value("TE_COMPILE_SERVE")
 
 
 @dataclasses.dataclass(frozen=True)

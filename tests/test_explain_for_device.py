@@ -27,7 +27,8 @@ def test_a_float32_model_would_be_kept_for_its_dtype():
     report = te_compile.explain(_model, *_qkv(torch.float32), for_device="cuda")
     assert [d.runs_on for d in report.decisions] == ["kept", "kept"]
     assert all(d.reason == "dtype float32: cuDNN SDPA serves float16 and bfloat16 only" for d in report.decisions)
-    assert report.note == FOR_CUDA_NOTE and "not known here: the cuDNN version" in str(report)
+    assert report.note == FOR_CUDA_NOTE and "not known here: the cuDNN version" in report.table(verbose=True)
+    assert "support from the cuDNN frontend's check" in str(report)
     plain = te_compile.explain(_model, *_qkv(torch.float32))  # without for_device: the CPU's own decision
     assert all(d.reason.startswith("inputs on cpu") for d in plain.decisions) and not plain.note
 
