@@ -82,7 +82,8 @@ SHORT_FORMS: tuple[tuple[str, str], ...] = (
      "{what} is a {cls}: torch runs it by its sharding; pass local tensors to serve it"),
     (r"^inputs on (?P<dev>\w+): target 'auto' rewrites CUDA sites only",
      "inputs on {dev}: cuDNN serves CUDA inputs (target='reference' runs the reference kernel)"),
-    (r"^attn_mask together with is_causal=True", "attn_mask with is_causal=True: eager differs by backend; fold the causal mask into attn_mask"),
+    (r"^attn_mask together with is_causal=True",
+     "attn_mask with is_causal=True: eager differs by backend; fold the causal mask into attn_mask"),
     (r"^a negative scale with is_causal", "a negative scale with is_causal: torch's own kernels disagree there"),
     (r"^the mask_mod gathers, so it is added as a -inf bias",
      "a gathering mask_mod with a score_mod that can be NaN where the mask hides it"),
@@ -104,7 +105,7 @@ SHORT_FORMS: tuple[tuple[str, str], ...] = (
     (r"^the score_mod applies (?P<op>\S+) to a remainder of the score",
      "the score_mod applies {op} to a remainder of the score: its gradient blows up on cuDNN"),
     (r"^the score_mod applies (?P<op>\S+) to a function of the score that is not affine",
-     "the score_mod applies {op} to a non-affine function of the score: cuDNN's backward is inexact"),
+     "the score_mod applies {op} to a non-affine function of the score: cuDNN's grad is inexact"),
     (r"^the score_mod applies (?P<op>\S+) to a function of the score that may reach 0",
      "{op} of a score that may reach 0 has an infinite derivative: cuDNN's gradient is inexact"),
     (r"reads a captured tensor at an index that depends on q_idx / kv_idx",
@@ -161,3 +162,13 @@ def short(reason: str) -> str:
         if m:
             return clip(template.format(**m.groupdict()))
     return clip(text)
+
+
+def rule_short(what: str, serve: bool, L: int, need: Optional[int], cuda_graphs: bool = False) -> str:
+    """The one-line reason of a speed rule's decision (te_compile.rules; ``what``: the rule's ``short``)."""
+    where = " under CUDA graphs" if cuda_graphs else ""
+    if serve:
+        return f"served{where}: {what}, cuDNN faster from {need} tokens"
+    if need is None:
+        return f"kept for speed{where}: cuDNN is no faster for {what}"
+    return f"kept for speed{where}: {what}, {L} tokens (cuDNN faster from {need})"

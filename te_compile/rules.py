@@ -16,7 +16,7 @@ from typing import Optional
 from . import prefix
 from .layout import size_hints
 from .lowering import lower
-from .reasons import SLOWER, Reason
+from .reasons import SLOWER, Reason, rule_short
 from .spec import AttentionSpec
 
 #: the architecture and cuDNN versions the rules were measured on
@@ -28,9 +28,8 @@ NARROW_WINDOW = 1024
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """Serve a class from ``min_tokens`` query tokens on (None: keep it), ``graphs_min_tokens`` under CUDA graphs
-    (None: keep it there too). ``why``: one sentence with the evidence (the long form). ``cites``: the sweep files
-    (docs/data) and case names the rule was read from. ``short``: what the class is, in a few words, for the
-    report's one-line reason (``short_reason``)."""
+    (None: keep it there too). ``why``: the evidence (the long form); ``short``: the class in a few words (the report's
+    one line, reasons.rule_short). ``cites``: the sweep files (docs/data) and case names the rule was read from."""
 
     min_tokens: Optional[int]
     graphs_min_tokens: Optional[int]
@@ -83,19 +82,16 @@ RULES: dict[str, Rule] = {
         short="a window of fewer than 1024 keys"),
     "flex score_mod": Rule(4096, 512, "a non-linear score_mod (softcap): kernels 1.87-2.55x; steps 1.88-2.37x "
                            "from 4096 tokens, 0.64-1.17x at 512-1024",
-                           ((_FLEX, ("flex softcap", "flex softcap + causal")),),
-        short="a non-linear score_mod"),
+                           ((_FLEX, ("flex softcap", "flex softcap + causal")),), short="a non-linear score_mod"),
     "flex additive score_mod": Rule(4096, 512, "an additive score_mod (ALiBi): kernels 1.10-1.41x; steps "
                                     "1.26-1.35x from 4096 tokens, 0.66-0.71x at 512-1024", ((_FLEX, ("flex ALiBi",)),),
         short="an additive score_mod"),
     "flex native ALiBi + causal": Rule(4096, 512, "cuDNN's own ALiBi with causal masking: kernels 1.04-1.50x; steps "
                                        "1.16-1.37x from 4096 tokens, 0.51-0.63x at 512-1024",
-                                       ((_FLEX, ("flex ALiBi + causal",)),),
-        short="ALiBi + causal"),
+                                       ((_FLEX, ("flex ALiBi + causal",)),), short="ALiBi + causal"),
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
                               "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)",
-                              ((_FLEX, ("flex prefix-LM",)),),
-        short="the prefix-LM split"),
+                              ((_FLEX, ("flex prefix-LM",)),), short="the prefix-LM split"),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
                               "0.98-1.01x", ((_FLEX, ("flex document",)),),
         short="a mask cuDNN computes every tile of"),
@@ -152,22 +148,12 @@ def decide(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: boo
     rule = RULES[cls]
     need = rule.graphs_min_tokens if cuda_graphs else rule.min_tokens
     where = " under CUDA graphs" if cuda_graphs else ""
-    serve = need is not None and L >= need
-    brief = short_reason(rule.short or cls, serve, L, need, cuda_graphs)
-    if serve:
-        return True, Reason(f"served by the rule for {cls}{where} (from {need} tokens): {rule.why}", short=brief)
+    if need is not None and L >= need:
+        return True, Reason(f"served by the rule for {cls}{where} (from {need} tokens): {rule.why}",
+                            short=rule_short(rule.short or cls, True, L, need, cuda_graphs))
     short = "" if need is None else f"{L} tokens, served from {need}: "
-    return False, Reason(f"kept for speed by the rule for {cls}{where}: {short}{rule.why}", short=brief)
-
-
-def short_reason(what: str, serve: bool, L: int, need: Optional[int], cuda_graphs: bool = False) -> str:
-    """The one-line reason of a rule's decision (``what``: the rule's ``short``); the long form cites the runs."""
-    where = " under CUDA graphs" if cuda_graphs else ""
-    if serve:
-        return f"served{where}: {what}, cuDNN faster from {need} tokens"
-    if need is None:
-        return f"kept for speed{where}: cuDNN is no faster for {what}"
-    return f"kept for speed{where}: {what}, {L} tokens (cuDNN faster from {need})"
+    return False, Reason(f"kept for speed by the rule for {cls}{where}: {short}{rule.why}",
+                         short=rule_short(rule.short or cls, False, L, need, cuda_graphs))
 
 
 def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
@@ -181,5 +167,5 @@ def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbi
                                      "it anyway", SLOWER, short=getattr(why, "short", None))
 
 
-__all__ = ["RULES", "Rule", "MEASURED_ON", "site_class", "decide", "short_reason", "slower_reason"]
+__all__ = ["RULES", "Rule", "MEASURED_ON", "site_class", "decide", "slower_reason"]
 

@@ -139,10 +139,11 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
         if not why:
             rule = decide(q, k, v, bias, spec, needs_grad, need_dbias)[1]
             _served(spec, q, Reason(f"{rule} ({MEASURED_ON}); not measured here: te-compile tune",
-                                    short=getattr(rule, "short", None)))
+                                    short=rule.short))
         return why
     if serve_on_cudnn(m):
-        _served(spec, q, Reason(f"served: {describe(m, cls)}", short=MEASURED_FASTER))
+        _served(spec, q, Reason(f"served: {describe(m, cls)}",
+                                short="served: measured faster on this GPU"))
         return None
     what = "training step" if needs_grad else "forward"
     why = (f"{what} of the whole model, te_compile.tune): the model measured {m.te_ms:.3f} ms with its measured-"
@@ -152,12 +153,7 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
            f"{what}): {describe(m, cls)}; cuDNN must win by {100 * MIN_MARGIN:.0f}% in the median round and in nearly "
            "every round (te_compile.tuning)")
     return Reason(f"kept for speed ({why}; te_compile.backend(serve='always') serves it anyway", SLOWER,
-                  short=MEASURED_SLOWER)
-
-
-#: the one-line reasons of a decision measured on this GPU (the long form has the figures)
-MEASURED_FASTER = "served: measured faster on this GPU (te_compile.tune's cache)"
-MEASURED_SLOWER = "kept for speed: measured slower on this GPU (te_compile.tune's cache); serve='always' serves it"
+                  short="kept for speed: measured slower on this GPU")
 
 
 __all__ = ["progress_echo", "speed_reason", "served_note", "measuring", "progress", "is_measuring",
