@@ -70,7 +70,8 @@ def _read(rel: str) -> str:
         return f.read()
 
 
-# the history of the work, not something a user can act on: rounds of work, issue numbers, paths outside the repository
+# the history of the work, not something a user can act on: rounds of work, issue numbers, paths outside the
+# repository, the machinery the project is developed with
 _HISTORY = re.compile(r"""
     \b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|this|that|last|next|previous|same)
       \s+(?:session|round)s?\b
@@ -79,6 +80,8 @@ _HISTORY = re.compile(r"""
   | \bissues?\s+"
   | (?<![\w&/])\#\d+\b
   | \.\./shared
+  | \b\d+-minute\ calls?\b | \bcall'?s\ limit\b          # the limits of the machines the project is developed on
+  | \bstored\ (?:PyTorch\ )?source\b | \bat\ commit\ [0-9a-f]{7,}\b | \bsearch\ index
 """, re.I | re.X)
 
 
@@ -240,3 +243,9 @@ def test_code_names_no_issues_or_work_history():
            for i, line in enumerate(_read(os.path.relpath(p, ROOT)).splitlines(), 1)
            if _CODE_HISTORY.search(line) and "_CODE_HISTORY" not in line]
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("line", ["the suite in 10-minute calls", "ran past a 10-minute call's limit",
+                                  "the stored PyTorch source at commit 09b101c5", "found in the search index"])
+def test_the_history_check_finds_development_machinery(line):
+    assert _HISTORY.search(line), line
