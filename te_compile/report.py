@@ -9,13 +9,14 @@ long reasons with their evidence; ``to_dict()`` JSON-ready rows with both; ``cod
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from typing import Any
 
 from .infix import infix
 from .passes.decision import Decision
 from .passes.find import example_value
-from .reasons import category, clip, short
+from .reasons import category, short
 
 
 @dataclasses.dataclass
@@ -117,6 +118,16 @@ CELL = 48
 WIDTH = 120
 
 
+def _cell(text: str) -> str:
+    """A compact table's cell: at most CELL characters, cut in the middle of its expression (a trailing
+    parenthesized note, such as "(ALiBi with cuDNN's slopes)", stays)."""
+    if len(text) <= CELL:
+        return text
+    m = re.search(r" \([^()]*\)$", text)
+    tail = m.group(0) if m and len(m.group(0)) <= CELL - 16 else ""
+    return text[:CELL - len(tail) - 1] + "\u2026" + tail
+
+
 def _wrap(text: str, width: int) -> list[str]:
     import textwrap
     return textwrap.wrap(" ".join(str(text).split()), width, break_on_hyphens=False) or [""]
@@ -161,7 +172,7 @@ class Report:
     def table(self, verbose: bool = False) -> str:
         """One row per site and, under it, its reason: one line (``short``), or with ``verbose`` the long form."""
         cols = ["#", "site", "source", "kind", "q", "dtype", "mask", "score_mod", "grads", "dbias", "runs_on"]
-        cell = (lambda v: v) if verbose else (lambda v: clip(v, CELL))  # noqa: E731
+        cell = (lambda v: v) if verbose else _cell  # noqa: E731
         sites = self.rows()
         rows = [[str(i + 1)] + [cell(str(r[c])) for c in cols[1:]] for i, r in enumerate(sites)]
         widths = [max(len(c), *(len(r[j]) for r in rows)) if rows else len(c) for j, c in enumerate(cols)]
