@@ -99,9 +99,14 @@ def _frontend_here() -> bool:
 
 
 @contextlib.contextmanager
-def _forward_only():
+def _forward_only(fn: Callable, args: tuple, kwargs: dict):
     """Let flex_attention run its forward on CPU inputs that require grad: explain runs the model's forward once
-    and never its backward, and flex refuses such inputs only because it has no CPU backward."""
+    and never its backward, and flex refuses such inputs only because it has no CPU backward. A model with CUDA
+    inputs or parameters is explained as it is."""
+    tensors = [*args, *kwargs.values(), *(fn.parameters() if isinstance(fn, torch.nn.Module) else ())]
+    if any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors):
+        yield
+        return
     try:
         from torch.nn.attention import flex_attention as fa
     except ImportError:  # pragma: no cover - torch without flex_attention
@@ -185,7 +190,7 @@ def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_ea
         extra_mode = {}
     if train not in (None, True, False):
         raise ValueError(f"train must be None, True or False, got {train!r}")
-    with _own_entries(fn) as (entry, extra), record_reports() as graphs, _forward_only(), \
+    with _own_entries(fn) as (entry, extra), record_reports() as graphs, _forward_only(fn, args, kwargs), \
             _as_step(fn, args, kwargs, train):
         torch.compile(entry, backend=be, **extra, **extra_mode)(*args, **kwargs)
     report = Report(list(graphs))
