@@ -153,7 +153,8 @@ def render_readme(link_prefix: str) -> str:
     out = [GENERATED,
            f"**A flex_attention training step is {_geomean([r['ratio'] for r in served]):.2f}x as fast as plain "
            f"`torch.compile`'s** (geometric mean over the {len(served)} of {len(rows)} variants te_compile serves on "
-           f"cuDNN; {data['device']}, {b}x{h}x{s}x{d} bf16, [raw rows]({link_prefix}{os.path.basename(HEADLINE)})). "
+           f"cuDNN; {data['device']}, torch {data['torch']}, cuDNN {_ver(data['cudnn'])}, {b}x{h}x{s}x{d} bf16, "
+           f"{data['date']}, [raw rows]({link_prefix}{os.path.basename(HEADLINE)})). "
            "A variant it keeps runs torch.compile's own code. Some of the rows:", "",
            "| variant | runs on | te_compile ms | torch.compile ms | speedup |", "|---|---|---|---|---|"]
     for r in pick:
