@@ -140,3 +140,17 @@ def test_the_compact_table_clips_long_cells_and_verbose_shows_them():
     full = report.to_dict()["sites"][0]["score_mod"]
     assert len(full) > 48 and full not in str(report) and full in report.table(verbose=True)
     assert max(map(len, str(report).splitlines())) < max(map(len, report.table(verbose=True).splitlines()))
+
+
+def test_the_logs_carry_the_long_form(caplog):
+    import logging
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(8, 8), is_causal=True)
+    q = torch.randn(1, 2, 8, 8)
+    with caplog.at_level(logging.INFO, logger="te_compile"):
+        report = te_compile.explain(fn, q, q, q, target="reference")
+    (reason,) = [d.reason for d in report.decisions]
+    assert len(reason) > MAX_SHORT and short(reason) in str(report) and reason not in str(report)
+    logged = " ".join(" ".join(r.getMessage().split()) for r in caplog.records)
+    assert "(error on math, AND on CPU flash)" in logged and "(error on math, AND on CPU flash)" in reason
