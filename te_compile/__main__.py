@@ -8,8 +8,10 @@
 ``explain`` takes ``MODULE:FACTORY`` where FACTORY is a callable of no arguments that returns
 ``(model_or_fn, args)`` or ``(model_or_fn, args, kwargs)``, e.g. ``te_compile.demo:example``.
 
-A failure of the user's code or input is one line on stderr naming what failed and where, and a non-zero exit;
-``--traceback`` shows the whole traceback instead.
+Failures are one line on stderr: a usage error (an option or value the command does not take, an environment
+variable te_compile does not accept) exits 2; a failure while running (the user's code raised, no GPU for a command
+that needs one, an error of te_compile's) exits 1, an interrupted run 130. ``--traceback`` prints the whole
+traceback too.
 """
 
 from __future__ import annotations
@@ -137,6 +139,14 @@ def explain_parser() -> Parser:
     p.add_argument("--for", dest="for_device", default=None, choices=["cuda"],
                    help="decide every site as on a CUDA GPU, whatever device the model is on (on a machine without "
                         "one: what te_compile would run there, with dtype, support and speed reasons)")
+    step = p.add_mutually_exclusive_group()
+    step.add_argument("--train", dest="train", action="store_const", const=True, default=None,
+                      help="decide as a training step (the model's parameters require grad); only the forward runs")
+    step.add_argument("--infer", dest="train", action="store_const", const=False,
+                      help="decide as inference (no gradients); without --train / --infer the model's "
+                           "requires_grad decides")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="each site's long reason: the evidence and the runs a rule cites")
     return p
 
 
@@ -148,7 +158,7 @@ def _explain(argv: list[str]) -> int:
     t0 = time.perf_counter()
     print(f"te-compile: compiling {a.factory} (target {a.target}, inner {a.inner}) ...", file=sys.stderr, flush=True)
     report = _user_call(f"te-compile explain: {a.factory}'s model", te_compile.explain, fn, *args, target=a.target,
-                        inner=a.inner, mode=a.mode, for_device=a.for_device, **kwargs)
+                        inner=a.inner, mode=a.mode, for_device=a.for_device, train=a.train, **kwargs)
     print(f"te-compile: done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     if a.json:
         d = report.to_dict()
@@ -156,7 +166,7 @@ def _explain(argv: list[str]) -> int:
             d.pop("code", None)
         print(json.dumps(d, indent=1))
     else:
-        print(report)
+        print(report.table(verbose=a.verbose))
         if a.code:
             print(report.code())
     return 0
@@ -201,8 +211,10 @@ def _tune(argv: list[str]) -> int:
 
 
 def _bench(argv: list[str]) -> int:
-    from .benchmark import main as bench_main
+    from .benchmark import main as bench_main, parser
 
+    parser().parse_args(argv)  # a usage error first (exit 2), then the GPU
+    _needs_gpu("te-compile bench")
     return bench_main(argv)
 
 
@@ -225,12 +237,29 @@ def main(argv: Optional[list[str]] = None) -> int:
     # progress: graph builds and per-site decisions are logged at INFO
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("te_compile").setLevel(logging.INFO if command != "explain" else logging.WARNING)
+    from .env import problems
+
+    if problems():  # a usage error: stop (those read at import were named then)
+        for why in problems(unreported=True):
+            print(f"te-compile: {why}", file=sys.stderr)
+        return 2
+    show = "--traceback" in rest
     try:
         return _run(command, rest)
     except UserError as e:
-        if "--traceback" in rest and e.cause is not None:
+        if show and e.cause is not None:
             traceback.print_exception(type(e.cause), e.cause, e.cause.__traceback__)
         print(str(e), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"te-compile {command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a failure of te_compile or torch: one line, the trace on request
+        if show:
+            traceback.print_exc()
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"te-compile {command}: {type(e).__name__}" + (f": {msg}" if msg else "")
+              + ("" if show else " (--traceback shows where)"), file=sys.stderr)
         return 1
 
 

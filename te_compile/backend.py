@@ -89,7 +89,8 @@ SERVE = ("fastest", "always")
 
 
 def _default_serve() -> str:
-    return os.environ.get("TE_COMPILE_SERVE", "fastest")
+    from .env import value
+    return value("TE_COMPILE_SERVE")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,7 +339,7 @@ def _finish(gm: GraphModule, decisions: list, options: Options, direct: bool = F
         else:
             log.info("te_compile: %s kept: %s", d.name, d.reason)
     if decisions and log.isEnabledFor(logging.INFO):
-        log.info("te_compile: graph %d\n%s", report.index, Report([report]).table())
+        log.info("te_compile: graph %d\n%s", report.index, Report([report]).table(verbose=True))
     if decisions:
         _trace_artifact(report)
     return report

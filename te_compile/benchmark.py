@@ -361,6 +361,7 @@ def parser() -> Parser:
     p.add_argument("--suite", choices=["sdpa", "flex", "bias", "all"], default="all",
                    help="sdpa: SDPA forms; flex: flex_attention variants vs Inductor flex; "
                         "bias: frozen / learned bias and a learned relative-position table; all: everything")
+    p.add_argument("--traceback", action="store_true", help="on a failure, print the whole traceback too")
     return p
 
 
@@ -369,7 +370,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not torch.cuda.is_available():
         print("te-compile bench: needs a CUDA GPU with cuDNN (torch.cuda.is_available() is False here); "
               "docs/benchmarks.md has measured results", file=sys.stderr)
-        return 2
+        return 1
     shape = tuple(int(x) for x in a.shape.split(","))
     # Inductor's compile worker processes start in the background on the first compile and slow
     # the host side of whatever is measured next (1.5-2x measured for the te_compile row that

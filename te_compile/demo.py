@@ -6,6 +6,7 @@ On a GPU the attention runs on cuDNN (bf16) and the step time is compared with d
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -120,12 +121,36 @@ def main(argv: Optional[list[str]] = None) -> int:
         return _main(argv)
 
 
+def _device(text: str) -> str:
+    """--device's value: cpu, cuda or cuda:N."""
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{text!r}: the demo runs on cpu or cuda (cuda:N)")
+    return text
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of at least 1")
+    return n
+
+
 def parser() -> Parser:
     p = Parser("te-compile demo", "te_compile demo: compile a small GPT and report")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+    p.add_argument("--device", type=_device, default="cuda" if torch.cuda.is_available() else "cpu",
                    help="cuda: bf16 on cuDNN; cpu: float32 on the reference kernel (the default is this machine's)")
-    p.add_argument("--seq", type=int, default=None, help="sequence length (none given: 2048 on a GPU, 64 on a CPU)")
-    p.add_argument("--batch", type=int, default=None, help="batch size (none given: 4 on a GPU, 2 on a CPU)")
+    p.add_argument("--seq", type=_positive, default=None,
+                   help="sequence length (none given: 2048 on a GPU, 64 on a CPU)")
+    p.add_argument("--batch", type=_positive, default=None, help="batch size (none given: 4 on a GPU, 2 on a CPU)")
+    p.add_argument("-v", "--verbose", action="store_true", help="each site's long reason, with its evidence")
+    p.add_argument("--traceback", action="store_true", help="on a failure, print the whole traceback too")
     p.add_argument("--serve", choices=("fastest", "always"), default=None,
                    help="te_compile's serve policy (default: fastest, or TE_COMPILE_SERVE): 'always' puts every "
                         "site cuDNN can serve on cuDNN, even where the rules say torch.compile is faster")
@@ -139,12 +164,12 @@ def _main(argv: Optional[list[str]] = None) -> int:
     dev = torch.device(a.device)
     gpu = dev.type == "cuda"
     if gpu and not torch.cuda.is_available():
-        print("te_compile demo: --device cuda needs a CUDA GPU (this torch sees none); run `te-compile demo` "
+        print("te-compile demo: --device cuda needs a CUDA GPU (this torch sees none); run `te-compile demo` "
               "without --device to use the CPU and the reference kernel", file=sys.stderr)
-        return 2
+        return 1
     # on a GPU: long enough sequences that attention, not Python, dominates the step
-    seq = a.seq or (2048 if gpu else 64)
-    batch = a.batch or (4 if gpu else 2)
+    seq = a.seq if a.seq is not None else (2048 if gpu else 64)
+    batch = a.batch if a.batch is not None else (4 if gpu else 2)
     dtype = torch.bfloat16 if gpu else torch.float32
     target = "auto" if gpu else "reference"
     torch.manual_seed(0)
@@ -156,7 +181,7 @@ def _main(argv: Optional[list[str]] = None) -> int:
     t0 = time.perf_counter()
     report = te_compile.explain(model.to(dtype), idx, target=target, inner="inductor", serve=a.serve)
     print(f"compiled in {time.perf_counter() - t0:.1f}s")
-    print(report)
+    print(report.table(verbose=a.verbose))
     if any(category(d.reason) == SLOWER for d in report.decisions):
         print("(sites kept for speed run what torch.compile runs; `te-compile demo --serve always` puts them on cuDNN)")
 

@@ -16,6 +16,7 @@ import torch
 
 from . import tuning, user_warnings
 from .backend import explain_backend
+from .reasons import Reason
 from .report import Report, record_reports
 
 
@@ -71,16 +72,90 @@ def isolated_compile(fn: Callable, backend: Any, mode: Optional[str] = None) -> 
 _ISOLATE = "isolate_recompiles" in inspect.signature(torch.compile).parameters
 
 
-#: what a report decided for a GPU on a machine without one cannot know
-FOR_CUDA_NOTE = ("decided for a CUDA GPU on a machine without one: cuDNN's support is the installed cuDNN frontend's "
-                 "own check (no plans are built here); not known here: the cuDNN version (a site cuDNN rejects only at "
-                 "plan time stays with torch.compile on the GPU) and the card (the speed rules are the built-in "
-                 "ones); run explain on the GPU for its decisions")
+_NOT_KNOWN = ("not known here: the cuDNN version (a site cuDNN rejects only at plan time stays with torch.compile on "
+              "the GPU) and the card (the speed rules are the built-in ones); run explain on the GPU for its decisions")
+#: what a report decided for a GPU on a machine without one says: the cuDNN frontend's own check decided support
+FOR_CUDA_NOTE = Reason("decided for a CUDA GPU on a machine without one: cuDNN's support is the installed cuDNN "
+                       f"frontend's own check (no plans are built here); {_NOT_KNOWN}",
+                       short="decided for a CUDA GPU here: support from the cuDNN frontend's check; card, version unknown")
+#: ... and where the frontend is not installed: te_compile's own rules decided support
+FOR_CUDA_NOTE_RULES = Reason("decided for a CUDA GPU on a machine without one: cuDNN's support is te_compile's own "
+                             "rules (dtypes, ranks, head dims, the score_mod / mask_mod ops cuDNN has); the cuDNN "
+                             "frontend is not installed here (pip install --no-deps 'nvidia-cudnn-frontend>=1.32' adds "
+                             f"its own check, without its CUDA libraries); {_NOT_KNOWN}",
+                             short="decided for a CUDA GPU here: support from te_compile's own rules (no cuDNN frontend)")
+NO_GRAPH_NOTE = Reason("Dynamo compiled no graph: the call ran eagerly (torch.compiler.disable, a recompile limit hit "
+                       "on this code, or no tensor work); TORCH_LOGS=recompiles,graph_breaks says why",
+                       short="Dynamo compiled no graph: the call ran eagerly (TORCH_LOGS=recompiles,graph_breaks: why)")
+
+
+def _frontend_here() -> bool:
+    """Does the cuDNN frontend load here (its support check runs)?"""
+    try:
+        from .cudnn import graphs  # noqa: F401
+    except Exception:  # noqa: BLE001 - not installed, or failing to load: te_compile's own rules decide
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _forward_only(fn: Callable, args: tuple, kwargs: dict):
+    """Let flex_attention run its forward on CPU inputs that require grad: explain runs the model's forward once
+    and never its backward, and flex refuses such inputs only because it has no CPU backward. A model with CUDA
+    inputs or parameters is explained as it is."""
+    tensors = [*args, *kwargs.values(), *(fn.parameters() if isinstance(fn, torch.nn.Module) else ())]
+    if any(isinstance(t, torch.Tensor) and t.is_cuda for t in tensors):
+        yield
+        return
+    try:
+        from torch.nn.attention import flex_attention as fa
+    except ImportError:  # pragma: no cover - torch without flex_attention
+        yield
+        return
+    check = getattr(fa, "_validate_device", None)
+    if check is None:
+        yield
+        return
+
+    def forward_only(query, key, value, *a, **kw):
+        return check(query.detach(), key.detach(), value.detach(), *a, **kw)
+    fa._validate_device = forward_only
+    try:
+        yield
+    finally:
+        fa._validate_device = check
+
+
+@contextlib.contextmanager
+def _as_step(fn: Callable, args: tuple, kwargs: dict, train: Optional[bool]):
+    """``train=None``: as the model and inputs are (their requires_grad decides); True: as a training step (the
+    module's floating-point parameters require grad, or, for a function, its floating-point tensor inputs);
+    False: as inference (torch.no_grad)."""
+    if train is None:
+        yield
+        return
+    if not train:
+        with torch.no_grad():
+            yield
+        return
+    if isinstance(fn, torch.nn.Module):
+        leaves = [p for p in fn.parameters()]
+    else:
+        leaves = [t for t in (*args, *kwargs.values()) if isinstance(t, torch.Tensor) and t.is_leaf]
+    flipped = [t for t in leaves if t.is_floating_point() and not t.requires_grad]
+    for t in flipped:
+        t.requires_grad_(True)
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        for t in flipped:
+            t.requires_grad_(False)
 
 
 def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_eager",
             verify: bool = False, serve: Optional[str] = None, mode: Optional[str] = None,
-            for_device: Optional[str] = None, **kwargs: Any) -> Report:
+            for_device: Optional[str] = None, train: Optional[bool] = None, **kwargs: Any) -> Report:
     """Compile ``fn`` (a module or function) with te_compile, call it once on ``args``, and report.
 
     Uses ``aot_eager`` by default (the decisions do not depend on the inner compiler, and it is
@@ -96,7 +171,12 @@ def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_ea
     ``for_device="cuda"``: decide every site as on a CUDA GPU, whatever device ``args`` are on, so a machine
     without a GPU can tell what te_compile would run there (dtype, support and speed reasons included); the
     model still runs on its own device (sites decided for cuDNN run the reference kernel there), and the report
-    names what it cannot know without the GPU.
+    names what it cannot know without the GPU and what decided cuDNN's support: the cuDNN frontend's own check
+    where it is installed, te_compile's own rules where it is not.
+
+    ``train``: None (default) decides as the model and inputs are (the traced graph's requires_grad: a module
+    with trainable parameters is decided as a training step); True as a training step, False as inference. Only
+    the forward runs, never a backward (so a flex model that needs gradients can be explained on a CPU).
     """
     cuda_graphs = None
     if mode is not None and mode != "default":
@@ -108,13 +188,15 @@ def explain(fn: Callable, *args: Any, target: str = "auto", inner: str = "aot_ea
         extra_mode = {"mode": mode}
     else:
         extra_mode = {}
-    with _own_entries(fn) as (entry, extra), record_reports() as graphs:
+    if train not in (None, True, False):
+        raise ValueError(f"train must be None, True or False, got {train!r}")
+    with _own_entries(fn) as (entry, extra), record_reports() as graphs, _forward_only(fn, args, kwargs), \
+            _as_step(fn, args, kwargs, train):
         torch.compile(entry, backend=be, **extra, **extra_mode)(*args, **kwargs)
     report = Report(list(graphs))
     if for_device == "cuda" and not torch.cuda.is_available():
-        report.note = FOR_CUDA_NOTE
+        report.note = FOR_CUDA_NOTE if _frontend_here() else FOR_CUDA_NOTE_RULES
     if not graphs:
-        report.note = ("Dynamo compiled no graph: the call ran eagerly (torch.compiler.disable, a recompile "
-                       "limit hit on this code, or no tensor work); TORCH_LOGS=recompiles,graph_breaks says why")
+        report.note = NO_GRAPH_NOTE
         user_warnings.warn(f"te_compile.explain: {report.note}")
     return report

@@ -1,20 +1,22 @@
 """The site report: every attention site te_compile saw, what it did and why.
 
 ``GraphReport`` is what the backend records per Dynamo graph; ``Report`` collects them (``print``
-gives a compact table, ``to_dict()`` JSON-ready rows, ``code()`` the rewritten graphs' code);
+gives a compact table: one row per site and, under it, its reason in one short line; ``table(verbose=True)`` the
+long reasons with their evidence; ``to_dict()`` JSON-ready rows with both; ``code()`` the rewritten graphs' code);
 ``record_reports()`` collects the reports of every graph compiled inside it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 from typing import Any
 
 from .infix import infix
 from .passes.decision import Decision
 from .passes.find import example_value
-from .reasons import category
+from .reasons import category, short
 
 
 @dataclasses.dataclass
@@ -83,7 +85,8 @@ def _dtype(n: Any) -> str:
 def site_row(d: Decision) -> dict[str, Any]:
     """One report row. ``mask`` and ``score_mod`` are readable infix (``tanh(score / 30.0) * 30.0``);
     ``mask_sexpr`` / ``score_mod_sexpr`` are te_compile's ScoreExpr text (what the spec carries);
-    ``category`` is the reason's te_compile.reasons category (None for a site served without a reason)."""
+    ``category`` is the reason's te_compile.reasons category (None for a site served without a reason); ``reason``
+    is the long form (the evidence, the runs a rule cites), ``why`` its one line (te_compile.reasons.short)."""
     s = d.site
     mask = f"mask_mod {infix(d.mask_expr)}" if d.mask_expr is not None else d.mask
     return {
@@ -104,8 +107,34 @@ def site_row(d: Decision) -> dict[str, Any]:
         "runs_on": d.runs_on,
         "spec": d.spec.key() if d.spec else None,
         "reason": d.reason or d.note,
+        "why": short(d.reason or d.note) if (d.reason or d.note) else "",
         "category": category(d.reason) if d.reason else None,
     }
+
+
+#: the widest a compact table's cell (a long mask_mod or score_mod) gets; ``table(verbose=True)`` shows it whole
+CELL = 48
+#: the width the verbose table wraps its long reasons to
+WIDTH = 120
+
+
+def _cell(text: str) -> str:
+    """A compact table's cell: at most CELL characters, cut in the middle of its expression (a trailing
+    parenthesized note, such as "(ALiBi with cuDNN's slopes)", stays)."""
+    if len(text) <= CELL:
+        return text
+    m = re.search(r" \([^()]*\)$", text)
+    tail = m.group(0) if m and len(m.group(0)) <= CELL - 16 else ""
+    return text[:CELL - len(tail) - 1] + "\u2026" + tail
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+    return textwrap.wrap(" ".join(str(text).split()), width, break_on_hyphens=False) or [""]
+
+
+def _wrap_note(note: str, verbose: bool) -> str:
+    return note if verbose else short(note)
 
 
 @dataclasses.dataclass
@@ -140,12 +169,26 @@ class Report:
     def code(self) -> str:
         return "\n".join(f"# graph {i}\n{g.code.strip()}\n" for i, g in enumerate(self.graphs))
 
-    def table(self) -> str:
-        cols = ["#", "site", "source", "kind", "q", "dtype", "mask", "score_mod", "grads", "dbias", "runs_on", "reason"]
-        rows = [[str(i + 1)] + [str(r[c]) for c in cols[1:]] for i, r in enumerate(self.rows())]
+    def table(self, verbose: bool = False) -> str:
+        """One row per site and, under it, its reason: one line (``short``), or with ``verbose`` the long form."""
+        cols = ["#", "site", "source", "kind", "q", "dtype", "mask", "score_mod", "grads", "dbias", "runs_on"]
+        cell = (lambda v: v) if verbose else _cell  # noqa: E731
+        sites = self.rows()
+        rows = [[str(i + 1)] + [cell(str(r[c])) for c in cols[1:]] for i, r in enumerate(sites)]
         widths = [max(len(c), *(len(r[j]) for r in rows)) if rows else len(c) for j, c in enumerate(cols)]
-        widths[-1] = len(cols[-1])  # the reason column is free text, not padded
         line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
+        indent = " " * (widths[0] + 2)
+        body = []
+        for r, site in zip(rows, sites):
+            body.append(line(r))
+            why = site["reason"] if verbose else site["why"]
+            if why:
+                body += [indent + ln for ln in (_wrap(why, WIDTH - len(indent)) if verbose else [why])]
+        note = [f"  ({_wrap_note(self.note, verbose)})"] if self.note else []
+        return "\n".join([self.head()] + note + [line(cols)] + body)
+
+    def head(self) -> str:
+        """The first line: how many sites, where they run, the cuDNN version and call path."""
         s = self.summary()
         head = (f"te_compile: {s['sites']} attention site(s) in {len(self.graphs)} graph(s): "
                 f"{s['cudnn']} on cuDNN, {s['reference']} on the reference kernel, {s['kept']} kept")
@@ -157,7 +200,7 @@ class Report:
                                      + [f"native call path: {p}" for p in paths]
                                      + [f"{direct} graph(s) of te_compile ops only, called without Inductor"]
                                      * bool(direct)) + ")"
-        return "\n".join([head] + ([f"  ({self.note})"] if self.note else []) + [line(cols)] + [line(r) for r in rows])
+        return head
 
     def __str__(self) -> str:
         return self.table()

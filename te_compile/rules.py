@@ -1,11 +1,10 @@
 """The default serve decision: one rule per site class, from measurements (no model, no fitted constants).
 
 What the lowering decided for a site (a native band or window, an emitted score_mod or mask, native ALiBi, the
-prefix-LM split, a bias with or without dBias, an SDPA form) names its class (``site_class``). Each class has one
-rule: keep it, or serve it from a number of query tokens on (forward-only steps as training steps: they gained at
-least as much where both were measured); under CUDA graphs the kernel ratio alone decides. Each rule cites the runs
-(``docs/data``) it was read from; tests/test_rules.py checks it against them. ``te_compile.tune`` /
-``mode="max-autotune"`` measure instead (te_compile.tuning); ``serve="always"`` serves every site cuDNN can serve.
+prefix-LM split, key intervals, a bias with or without dBias, an SDPA form) names its class (``site_class``). Each
+class has one rule: keep it, or serve it from a number of query tokens on (forward-only steps as training steps);
+under CUDA graphs the kernel ratio alone decides. Each rule cites the runs (``docs/data``) it was read from
+(tests/test_rules.py checks it against them). ``te_compile.tune`` / ``mode="max-autotune"`` measure instead.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from typing import Optional
 from . import prefix
 from .layout import size_hints
 from .lowering import lower
-from .reasons import SLOWER, Reason
+from .reasons import SLOWER, Reason, rule_short
 from .spec import AttentionSpec
 
 #: the architecture and cuDNN versions the rules were measured on
@@ -28,16 +27,16 @@ NARROW_WINDOW = 1024
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """Serve a class from ``min_tokens`` query tokens on (None: keep it), ``graphs_min_tokens`` under CUDA graphs (None:
-    keep it there too); ``why``: one sentence for the report; ``cites``: the runs (docs/data, case names) it rests on."""
+    keep it there too). ``why``: the evidence; ``short``: the report's one line; ``cites``: the runs (docs/data)."""
 
     min_tokens: Optional[int]
     graphs_min_tokens: Optional[int]
     why: str
     cites: tuple = ()
+    short: str = ""
 
 
-#: the cited runs (docs/data): the tuned sweeps (Python call path; [:2] at 8192-16384 tokens, [4:] at 512-1024), the
-#: native call path's first sweeps, the default policy's sweep (H200, four shapes), Hugging Face Mistral at 1x8192
+#: cited runs (docs/data): tuned sweeps (Python path), native-path sweeps, default-policy sweeps, HF Mistral 1x8192
 _TUNED = tuple(f"tuned-flex-{s}.json" for s in (
     "h100-919-2026-11-27-1x16x16384x128", "h100-919-2026-11-27-1x32x8192x128x8", "h200-919-2026-11-27",
     "h200-927-2026-11-27", "h100-919-2026-11-27-8x16x1024x64", "h100-919-2026-11-27-8x16x512x64",
@@ -55,42 +54,59 @@ _MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_
 RULES: dict[str, Rule] = {
     "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: te_compile's steps were "
                  "0.58-1.02x of torch.compile's at 512-16384 tokens", (("sweep-sdpa-before-h200-2026-11-26.json",
-                                                       ("sdpa none", "sdpa causal")),)),
+                                                       ("sdpa none", "sdpa causal")),),
+        short="plain SDPA (torch's own cuDNN/flash kernel)"),
     "sdpa mask": Rule(None, None, "torch runs its own cuDNN kernel with a bool mask or a frozen bias (not measured "
-                      "apart from SDPA without one: taken as equal)"),
+                      "apart from SDPA without one: taken as equal)",
+        short="SDPA with a mask (torch's own cuDNN kernel)"),
     "sdpa learned bias": Rule(4096, 4096, "torch falls back to its efficient kernel for a bias with a gradient: "
                               "1.80-2.07x steps from 4096 tokens, none faster at 1024",
-                              (("sweep-sdpa-h200-2026-11-26.json", ("sdpa learned bias",)),)),
+                              (("sweep-sdpa-h200-2026-11-26.json", ("sdpa learned bias",)),),
+        short="a learned SDPA bias"),
     "flex plain": Rule(4096, 512, "cuDNN's kernels 1.14-1.40x Inductor's; the step is faster from 4096 tokens "
-                       "(1.22-1.42x), slower at 512-1024 (0.58-0.85x)", ((_FLEX, ("flex none",)),)),
+                       "(1.22-1.42x), slower at 512-1024 (0.58-0.85x)", ((_FLEX, ("flex none",)),),
+        short="flex without a mask"),
     "flex native band": Rule(4096, 512, "a causal band on cuDNN's diagonal band: kernels 1.09-1.43x; steps 1.27-1.40x "
-                             "from 4096 tokens, 0.59-0.86x at 512-1024", ((_FLEX, ("flex causal",)),)),
+                             "from 4096 tokens, 0.59-0.86x at 512-1024", ((_FLEX, ("flex causal",)),),
+        short="a causal band"),
     "flex narrow band": Rule(4096, 512, "a band narrower than causal (a sliding window): kernels 1.07-1.32x; on the "
                              "native call path training steps 1.01-1.29x and forward-only steps 1.43-1.55x at 4096 "
                              "tokens, 1.17-1.28x from 8192; 0.36-0.73x at 512-1024 (Python path)", ((_NATIVE + _DEFAULT
-                             + _TUNED[:2] + _TUNED[4:], ("flex sliding <=", "flex sliding <")),)),
+                             + _TUNED[:2] + _TUNED[4:], ("flex sliding <=", "flex sliding <")),),
+        short="a sliding window"),
     "flex narrow window": Rule(None, None, "a sliding window of fewer than 1024 keys per query (Mistral's and "
                                "Gemma-3's 512): whole Mistral models at 8192 tokens with every such site served ran "
                                "0.94-1.02x of torch.compile in training and 0.95-1.05x in inference (H100, H200); not "
-                               "measured under CUDA graphs", ((_WINDOW_512, ("mistral",)),)),
-    "flex score_mod": Rule(4096, 512, "a non-linear score_mod (softcap): kernels 1.87-2.55x; steps 1.88-2.37x from "
-                           "4096 tokens, 0.64-1.17x at 512-1024", ((_FLEX, ("flex softcap", "flex softcap + causal")),)),
+                               "measured under CUDA graphs", ((_WINDOW_512, ("mistral",)),),
+        short="a window of fewer than 1024 keys"),
+    "flex score_mod": Rule(4096, 512, "a non-linear score_mod (softcap): kernels 1.87-2.55x; steps 1.88-2.37x "
+                           "from 4096 tokens, 0.64-1.17x at 512-1024",
+                           ((_FLEX, ("flex softcap", "flex softcap + causal")),), short="a non-linear score_mod"),
     "flex additive score_mod": Rule(4096, 512, "an additive score_mod (ALiBi): kernels 1.10-1.41x; steps "
-                                    "1.26-1.35x from 4096 tokens, 0.66-0.71x at 512-1024", ((_FLEX, ("flex ALiBi",)),)),
+                                    "1.26-1.35x from 4096 tokens, 0.66-0.71x at 512-1024", ((_FLEX, ("flex ALiBi",)),),
+        short="an additive score_mod"),
     "flex native ALiBi + causal": Rule(4096, 512, "cuDNN's own ALiBi with causal masking: kernels 1.04-1.50x; steps "
-                                       "1.16-1.37x from 4096 tokens, 0.51-0.63x at 512-1024", ((_FLEX, ("flex ALiBi + causal",)),)),
+                                       "1.16-1.37x from 4096 tokens, 0.51-0.63x at 512-1024",
+                                       ((_FLEX, ("flex ALiBi + causal",)),), short="ALiBi + causal"),
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
-                              "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)", ((_FLEX, ("flex prefix-LM",)),)),
-    "flex intervals": Rule(16384, None, "cuDNN's interval kernels: steps 1.10-1.54x at 32768 tokens", (_MASKS_STATIC,)),
-    "flex intervals, document ids": Rule(None, None, "a plan per call: steps 0.14-0.72x", (_MASKS_DOCS,)),
+                              "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)",
+                              ((_FLEX, ("flex prefix-LM",)),), short="the prefix-LM split"),
+    "flex intervals": Rule(16384, None, "cuDNN's interval kernels (prefix-LM, sink + local): kernels 1.4-1.6x; steps 1.10-1.54x at 32768 tokens, 0.54-0.64x at 4096", (_MASKS_STATIC,),
+        short="a mask of key intervals"),
+    "flex intervals, document ids": Rule(None, None, "document ids on cuDNN's interval kernels, a plan per call (one host sync): steps 0.14-0.72x at 4096-32768 tokens", (_MASKS_DOCS,),
+        short="document ids (a plan per call)"),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
-                              "0.98-1.01x", ((_FLEX, ("flex document",)),)),
+                              "0.98-1.01x", ((_FLEX, ("flex document",)),),
+        short="a mask cuDNN computes every tile of"),
     "flex additive score_mod + mask": Rule(None, None, "an additive score_mod with a mask cuDNN computes every tile "
-                                           "of: 0.80x steps"),
+                                           "of: 0.80x steps",
+        short="an additive score_mod with a mask"),
     "flex gathered bias": Rule(4096, 4096, "a relative-position table gathered into a bias: 2.2x steps, as SDPA's "
-                               "learned bias (from 4096 tokens)"),
+                               "learned bias (from 4096 tokens)",
+        short="a gathered bias"),
     "flex band without tile skipping": Rule(None, None, "a bottom-right band over fewer queries than keys: cuDNN "
-                                            "computes about every tile of it (0.9x)"),
+                                            "computes about every tile of it (0.9x)",
+        short="a band over fewer queries than keys"),
 }
 
 
@@ -138,9 +154,11 @@ def decide(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: boo
     need = rule.graphs_min_tokens if cuda_graphs else rule.min_tokens
     where = " under CUDA graphs" if cuda_graphs else ""
     if need is not None and L >= need:
-        return True, f"served by the rule for {cls}{where} (from {need} tokens): {rule.why}"
+        return True, Reason(f"served by the rule for {cls}{where} (from {need} tokens): {rule.why}",
+                            short=rule_short(rule.short or cls, True, L, need, cuda_graphs))
     short = "" if need is None else f"{L} tokens, served from {need}: "
-    return False, f"kept for speed by the rule for {cls}{where}: {short}{rule.why}"
+    return False, Reason(f"kept for speed by the rule for {cls}{where}: {short}{rule.why}",
+                         short=rule_short(rule.short or cls, False, L, need, cuda_graphs))
 
 
 def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
@@ -151,5 +169,5 @@ def slower_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbi
     serve, why = decide(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs)
     return None if serve else Reason(f"{why} ({MEASURED_ON}; not measured here: te-compile tune or "
                                      "mode='max-autotune' measures it); te_compile.backend(serve='always') serves "
-                                     "it anyway", SLOWER)
+                                     "it anyway", SLOWER, short=getattr(why, "short", None))
 

@@ -28,6 +28,7 @@ def test_demo_prints_one_report_and_no_warnings():
     assert not re.search(r"^te_compile: \S+ (->|kept:)", out, flags=re.M), out
     assert "max rel. error vs eager float32" in out
     assert len(out.splitlines()) < 15, out
+    assert max(len(ln) for ln in out.splitlines()) <= 160, out  # fits a terminal
 
 
 def test_demo_restores_the_log_level():

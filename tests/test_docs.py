@@ -70,7 +70,8 @@ def _read(rel: str) -> str:
         return f.read()
 
 
-# the history of the work, not something a user can act on: rounds of work, issue numbers, paths outside the repository
+# the history of the work, not something a user can act on: rounds of work, issue numbers, paths outside the
+# repository, the machinery the project is developed with
 _HISTORY = re.compile(r"""
     \b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|this|that|last|next|previous|same)
       \s+(?:session|round)s?\b
@@ -79,6 +80,8 @@ _HISTORY = re.compile(r"""
   | \bissues?\s+"
   | (?<![\w&/])\#\d+\b
   | \.\./shared
+  | \b\d+-minute\ calls?\b | \bcall'?s\ limit\b          # the limits of the machines the project is developed on
+  | \bstored\ (?:PyTorch\ )?source\b | \bat\ commit\ [0-9a-f]{7,}\b | \bsearch\ index
 """, re.I | re.X)
 
 
@@ -163,13 +166,35 @@ def test_headline_table_is_generated_from_its_json():
     tables.check()  # python docs/tables.py --check
     for page in tables.TARGETS:
         assert "<!-- table:flex-headline begin -->" in _read(page), page
-    # README's prose says no other headline number: the only speedups in it are the table's
+
+
+def test_readme_is_short_and_states_figures_only_in_its_generated_table():
+    tables = _tables()
     readme = _read("README.md")
-    begin, end = readme.index("<!-- table:flex-headline begin -->"), readme.index("<!-- table:flex-headline end -->")
-    table = readme[begin:end]
-    outside = readme[:begin] + readme[end:]
-    assert set(re.findall(r"\d+\.\d+x", outside)) <= set(re.findall(r"\d+\.\d+x", table)), \
-        set(re.findall(r"\d+\.\d+x", outside))
+    assert len(readme.splitlines()) < 80
+    assert tables.readme_numbers() == []
+    begin, end = tables._markers(tables.README_NAME)
+    table = readme[readme.index(begin):readme.index(end)]
+    assert len(re.findall(r"\*\*[^*]*\d\.\d+x[^*]*\*\*", table)) == 1  # one headline figure
+    # what the README says about installing is what make does
+    assert "make demo TORCH_PIN=" in readme and "--index-url https://download.pytorch.org/whl/cpu" in readme
+    assert "pip install --no-deps 'nvidia-cudnn-frontend>=1.32'" in readme
+    assert "--no-deps" in _read("Makefile") and "nvidia-cudnn-frontend>=1.32" in _read("Makefile")
+
+
+def test_readme_numbers_check_finds_a_figure_outside_the_table(monkeypatch):
+    tables = _tables()
+    real = open
+    fake = _read("README.md").replace("## Use", "te_compile is 9.9x faster.\n\n## Use")
+
+    def opened(path, *a, **k):
+        if os.path.abspath(path) == os.path.join(ROOT, "README.md"):
+            import io
+            return io.StringIO(fake)
+        return real(path, *a, **k)
+    monkeypatch.setattr("builtins.open", opened)
+    assert tables.readme_numbers() == ["README.md: '9.9' outside the generated table (figures belong in it or "
+                                       "docs/benchmarks.md)"]
 
 
 # README commands a CPU can run -> the tests that run them (reused, not run again here). Each test module must
@@ -229,3 +254,9 @@ def test_code_names_no_issues_or_work_history():
            for i, line in enumerate(_read(os.path.relpath(p, ROOT)).splitlines(), 1)
            if _CODE_HISTORY.search(line) and "_CODE_HISTORY" not in line]
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("line", ["the suite in 10-minute calls", "ran past a 10-minute call's limit",
+                                  "the stored PyTorch source at commit 09b101c5", "found in the search index"])
+def test_the_history_check_finds_development_machinery(line):
+    assert _HISTORY.search(line), line

@@ -27,7 +27,8 @@ def test_a_float32_model_would_be_kept_for_its_dtype():
     report = te_compile.explain(_model, *_qkv(torch.float32), for_device="cuda")
     assert [d.runs_on for d in report.decisions] == ["kept", "kept"]
     assert all(d.reason == "dtype float32: cuDNN SDPA serves float16 and bfloat16 only" for d in report.decisions)
-    assert report.note == FOR_CUDA_NOTE and "not known here: the cuDNN version" in str(report)
+    assert report.note == FOR_CUDA_NOTE and "not known here: the cuDNN version" in report.table(verbose=True)
+    assert "support from the cuDNN frontend's check" in str(report)
     plain = te_compile.explain(_model, *_qkv(torch.float32))  # without for_device: the CPU's own decision
     assert all(d.reason.startswith("inputs on cpu") for d in plain.decisions) and not plain.note
 
@@ -48,7 +49,7 @@ def test_the_command_line(capsys):
     from te_compile.__main__ import main
     assert main(["explain", "te_compile.demo:example", "--for", "cuda"]) == 0
     out = capsys.readouterr().out
-    assert "decided for a CUDA GPU on a machine without one" in out and "inputs on cpu" not in out
+    assert "decided for a CUDA GPU here" in out and "inputs on cpu" not in out
 
 
 @pytest.mark.parametrize("kw,msg", [({"for_device": "tpu"}, "for_device must be None or 'cuda'"),
@@ -56,3 +57,98 @@ def test_the_command_line(capsys):
 def test_bad_for_device(kw, msg):
     with pytest.raises(ValueError, match=msg):
         te_compile.explain(_model, *_qkv(torch.bfloat16), **kw)
+
+
+# a flex model that trains: causal BlockMask and a softcap score_mod; its parameters need gradients, which flex
+# cannot run backward for on a CPU (explain runs its forward only)
+FLEX_TRAINING_MODEL = '''
+import torch
+import torch.nn as nn
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+
+class Attn(nn.Module):
+    def __init__(self, dim=64, heads=1, seq=4096):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.block_mask = create_block_mask(lambda b, h, q, kv: q >= kv, None, None, seq, seq, device="cpu")
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        o = flex_attention(q, k, v, score_mod=lambda s, b, h, qi, ki: 30.0 * torch.tanh(s / 30.0),
+                           block_mask=self.block_mask)
+        return o.sum()
+
+
+def make():
+    torch.manual_seed(0)
+    return Attn().to(torch.bfloat16), (torch.randn(1, 4096, 64, dtype=torch.bfloat16),)
+'''
+
+
+def _explain_without_frontend(tmp_path, *flags):
+    """``te-compile explain flexmod:make --for cuda FLAGS`` in a process where the cuDNN frontend cannot be
+    imported (as after ``pip install .`` with CPU torch)."""
+    import os
+    import subprocess
+    import sys
+    (tmp_path / "flexmod.py").write_text(FLEX_TRAINING_MODEL)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; sys.modules['cudnn'] = None\n"
+            "from te_compile.__main__ import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, str(tmp_path)]), "TE_COMPILE_SERVE": "fastest"}
+    env.pop("TORCH_LOGS", None)
+    return subprocess.run([sys.executable, "-c", code, "explain", "flexmod:make", "--for", "cuda", *flags],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_flex_training_model_for_cuda_without_the_frontend(tmp_path):
+    r = _explain_without_frontend(tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[0].endswith("1 on cuDNN, 0 on the reference kernel, 0 kept (cuDNN unknown)"), r.stdout
+    assert lines[1] == "  (decided for a CUDA GPU here: support from te_compile's own rules (no cuDNN frontend))"
+    row = lines[3].split()
+    assert "q,k,v" in row and row[-1] == "cudnn" and "tanh(score" in lines[3] and "q_idx >= kv_idx" in lines[3]
+    assert lines[4] == "   served: a non-linear score_mod, cuDNN faster from 4096 tokens", r.stdout
+    assert "backward" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_infer_decides_the_same_model_as_inference(tmp_path):
+    r = _explain_without_frontend(tmp_path, "--infer", "--verbose")
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = r.stdout.splitlines()[3].split()
+    assert row[-1] == "cudnn" and "none" in row, r.stdout
+    assert "pip install --no-deps 'nvidia-cudnn-frontend>=1.32'" in r.stdout  # the long note: --verbose
+
+
+def test_train_and_infer_choose_the_step():
+    from torch.nn.attention.flex_attention import flex_attention as flex
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Linear(64, 64).to(torch.bfloat16).requires_grad_(False)
+
+        def forward(self, x):
+            q = self.w(x)
+            return flex(q, q, q, score_mod=lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0))
+
+    m, x = Model(), torch.randn(1, 2, 256, 64, dtype=torch.bfloat16)
+    grads = {train: te_compile.explain(m, x, for_device="cuda", serve="always", train=train).decisions[0].grads.describe()
+             for train in (None, True, False)}
+    assert grads == {None: "none", True: "q,k,v", False: "none"}, grads
+    assert not any(p.requires_grad for p in m.parameters())  # --train's flip is undone
+
+
+def test_the_demo_models_report_for_a_gpu_fits_a_terminal(capsys):
+    from te_compile.__main__ import main
+    from te_compile.reasons import MAX_SHORT
+    assert main(["explain", "te_compile.demo:example", "--for", "cuda"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert max(map(len, out)) <= 160, out
+    reasons = [ln for ln in out if ln.startswith("   ") and not ln.startswith("   (")]
+    assert len(reasons) == 3 and all(len(ln.strip()) <= MAX_SHORT for ln in reasons), out

@@ -935,6 +935,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         cases = [Case.from_json(a.case)]
     else:
         cases = cases_for(a.cases, a.seed, a.device, not a.no_peers)
+    a.stopped = False
     if a.jobs > 1 and not a.case:
         import signal
         signal.signal(signal.SIGTERM, _on_sigterm)
@@ -951,7 +952,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     cut = f" (stopped after {len(results)} of {len(cases)} cases)" if len(results) < len(cases) else ""
     print(f"{line}; seed {a.seed}, {_platform(a.device)}{cut}")
     bad = sum(r["outcome"] in ("wrong", "crash") for r in results)
-    return 1 if bad else 0
+    return 1 if bad else (INTERRUPTED if a.stopped else 0)
 
 
 def _platform(device: str) -> str:
@@ -988,9 +989,14 @@ def _emit_options(pairs: list[str]) -> None:
     lowering.set_options(**changes)
 
 
+#: the exit code of a run stopped before its end (Ctrl-C, a timeout's SIGTERM) with no wrong case among those run
+INTERRUPTED = 130
+
+
 def _parallel(a: argparse.Namespace, cases: list[Case]) -> list[dict]:
     """Run ``cases`` in ``a.jobs`` worker processes, every ``jobs``-th case each. A worker that dies (a segfault)
-    or ends on a poisoned CUDA context is restarted after the case it was running, which counts as a crash."""
+    or ends on a poisoned CUDA context is restarted after the case it was running, which counts as a crash.
+    A run stopped before its end (Ctrl-C, SIGTERM) sets ``a.stopped``."""
     import tempfile
 
     if a.json:
@@ -1001,7 +1007,8 @@ def _parallel(a: argparse.Namespace, cases: list[Case]) -> list[dict]:
     live = {i: _start_worker(a, i, 0, path) for i, _, path in shards}
     try:
         _supervise(a, shards, live)
-    except (_Stop, KeyboardInterrupt):  # stopped (a timeout's SIGTERM, Ctrl-C): keep what the workers finished
+    except (_Stop, KeyboardInterrupt):
+        a.stopped = True  # stopped (a timeout's SIGTERM, Ctrl-C): keep what the workers finished
         for proc in live.values():
             proc.terminate()
         for proc in live.values():

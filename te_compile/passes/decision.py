@@ -40,7 +40,7 @@ class Keep(Exception):
 
     def __init__(self, reason: str, category: str):
         super().__init__(reason)
-        self.reason = Reason(reason, category)
+        self.reason = Reason(reason, category, getattr(reason, "short", None))
 
 
 @dataclasses.dataclass

@@ -137,11 +137,13 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
     if m is None:
         why = slower_reason(q, k, v, bias, spec, needs_grad, need_dbias)
         if not why:
-            _served(spec, q, f"{decide(q, k, v, bias, spec, needs_grad, need_dbias)[1]} ({MEASURED_ON}); not "
-                    "measured here: te-compile tune")
+            rule = decide(q, k, v, bias, spec, needs_grad, need_dbias)[1]
+            _served(spec, q, Reason(f"{rule} ({MEASURED_ON}); not measured here: te-compile tune",
+                                    short=rule.short))
         return why
     if serve_on_cudnn(m):
-        _served(spec, q, f"served: {describe(m, cls)}")
+        _served(spec, q, Reason(f"served: {describe(m, cls)}",
+                                short="served: measured faster on this GPU"))
         return None
     what = "training step" if needs_grad else "forward"
     why = (f"{what} of the whole model, te_compile.tune): the model measured {m.te_ms:.3f} ms with its measured-"
@@ -150,7 +152,8 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
            "it (te_compile.model_check)" if entry.get("scope") == "model" else
            f"{what}): {describe(m, cls)}; cuDNN must win by {100 * MIN_MARGIN:.0f}% in the median round and in nearly "
            "every round (te_compile.tuning)")
-    return Reason(f"kept for speed ({why}; te_compile.backend(serve='always') serves it anyway", SLOWER)
+    return Reason(f"kept for speed ({why}; te_compile.backend(serve='always') serves it anyway", SLOWER,
+                  short="kept for speed: measured slower on this GPU")
 
 
 __all__ = ["progress_echo", "speed_reason", "served_note", "measuring", "progress", "is_measuring",
