@@ -18,6 +18,8 @@ VARIABLES: dict[str, tuple[Optional[tuple[str, ...]], str, str]] = {
     "TE_COMPILE_SERVE": (("fastest", "always"), "fastest",
                          "the serve policy: fastest (where cuDNN is faster) or always (wherever cuDNN can serve)"),
     "TE_COMPILE_DIRECT": (("0", "1"), "1", "0: call a graph of only te_compile's ops through Inductor too"),
+    "TE_COMPILE_INTERVALS": (("0", "1"), "1", "0: flex masks of key intervals stay off cuDNN's interval kernels (read "
+                             "at compile time)"),
     "TE_COMPILE_NATIVE": (("0", "1"), "1", "0: run cuDNN sites on the Python call path, not the C++ one"),
     "TE_COMPILE_NATIVE_REPLAY": (("0", "1"), "1", "0: the native call path launches without replays"),
     "TE_COMPILE_CUDAGRAPH_UNSAFE": (("0", "1"), "0", "1: tag te_compile's ops cudagraph_unsafe (read at import)"),

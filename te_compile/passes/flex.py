@@ -29,14 +29,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import os
 import operator
 from typing import Any, Optional
 
 import torch
 from torch.fx import GraphModule, Node
 
-from .. import alibi, intervals, ir
+from .. import alibi, env, intervals, ir
 from ..inserted import bh_input, materialize_bias, materialize_mask
 from ..reasons import (BLOCK_MASK, NEEDS_GRAD, NOT_EXACT, NOT_ON_CUDNN, SPARSE_MASK, TOO_LARGE, UNSUPPORTED_ARGS,
                        category)
@@ -320,7 +319,7 @@ def interval_path(site: AttentionSite, mods: _Mods, score: ir.Expr, scale: Any, 
     """Serve the site on cuDNN's interval-mask kernels (te_compile.intervals) when its mask_mod is a union of key
     intervals that the graph SDPA cannot skip tiles for (documents, prefix-LM, sink + local; a native band stays on
     the graph path), with no score_mod; None to go on with the graph path (which may keep the site)."""
-    if os.environ.get("TE_COMPILE_INTERVALS", "1") == "0":  # read at compile time
+    if env.value("TE_COMPILE_INTERVALS") == "0":  # read at compile time
         return None
     mask = mods.mask
     if score != _SCORE or mask.is_const(True) or mods.learned or not isinstance(scale, numbers.Number):
