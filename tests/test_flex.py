@@ -1,4 +1,4 @@
-"""flex_attention through te_compile (reference target) equals eager flex: out, lse, grads."""
+"""flex_attention through te_compile (reference target) equals eager flex: out, lse, grads (of a loss on out and lse)."""
 
 import math
 
@@ -63,8 +63,11 @@ def _inputs(S=L, hk=H, seed=0):
 def _run(fn, args):
     args = [a.detach().requires_grad_() for a in args]
     out, lse = fn(*args)
-    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
-    (out * dout).sum().backward()
+    g = torch.Generator().manual_seed(1)
+    dout = torch.randn(out.shape, generator=g, dtype=out.dtype)
+    dlse = torch.randn(lse.shape, generator=g, dtype=lse.dtype)
+    # lse is in the loss too (its gradient joins the backward's dS); fully masked rows' -inf lse contribute nothing
+    ((out * dout).sum() + (torch.where(torch.isfinite(lse), lse, 0.0) * dlse).sum()).backward()
     return out.detach(), lse.detach(), [a.grad for a in args]
 
 
