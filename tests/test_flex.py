@@ -499,3 +499,4 @@ def test_document_mask_follows_edited_full_blocks(edit, serve_sparse_document_ma
     out, lse = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))(*args, bad)
     torch.testing.assert_close(out, want_out, rtol=1e-7, atol=1e-7)
     torch.testing.assert_close(lse, want_lse, rtol=1e-7, atol=1e-7)
+

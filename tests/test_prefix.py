@@ -55,3 +55,13 @@ def test_split_equals_the_full_mask(L, S, P, hkv, with_dlse):
     got = prefix.backward(_bwd, dout, q, k, v, out, lse, sp, dlse)
     for name, a, b in zip("qkv", got[:3], want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=f"d{name}")
+
+
+@pytest.mark.parametrize("mask", [
+    "(or (lt kv_idx 16) (and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 5)))",  # prefix + a sliding window
+    "(or (lt kv_idx 16) (ge q_idx (sub kv_idx 2)))",  # prefix + causal shifted by 2
+])
+def test_a_prefix_with_another_band_is_not_split(mask):
+    """Only prefix + top-left causal splits: the causal half is a plain causal call, so a window (or a shifted
+    diagonal) after the prefix would be lost."""
+    assert prefix.split(AttentionSpec(source="flex", mask_mod=mask), 64, 64) is None
