@@ -145,4 +145,5 @@ def test_near_miss_slopes_stay_off_native_alibi(off):
     lw = lowering.lower(dataclasses.replace(spec, impl="cudnn"), (128, 128), heads=16)
     assert not lw.alibi and lw.emitted
     # the same spelling with cuDNN's exact slopes is native: only the slope values decide
-    assert _spec(lambda s, b, h, q, kv: s + torch.exp2(-((h + 1) * 8.0 / 16)) * 1.0 * (kv - q), None, 16).alibi_heads == 16
+    exact = _spec(lambda s, b, h, q, kv: s + torch.exp2(-((h + 1) * 8.0 / 16)) * 1.0 * (kv - q), None, 16)
+    assert exact.alibi_heads == 16

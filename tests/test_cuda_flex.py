@@ -353,8 +353,8 @@ def test_alibi_with_near_miss_slopes_uses_the_users_slopes(off):
 
     def attention(factor):
         def fn(q, k, v):
-            return flex_attention(q, k, v, block_mask=bm, return_lse=True,
-                                  score_mod=lambda s, b, h, q_, kv: s + torch.exp2(-((h + 1) * 8.0 / heads)) * factor * (kv - q_))
+            return flex_attention(q, k, v, block_mask=bm, return_lse=True, score_mod=lambda s, b, h, q_, kv: (
+                s + torch.exp2(-((h + 1) * 8.0 / heads)) * factor * (kv - q_)))
         return fn
     report, (out, lse, grads), (ref_out, ref_lse, ref_grads) = _on_cudnn_and_eager(attention(1.0 + off), q, k, v, dout)
     spec = report.decisions[0].spec

@@ -241,8 +241,8 @@ def _edited_block_mask_case(edit):
 
     bm = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 2, 24, 24, device="cpu", BLOCK_SIZE=8)
     seed = next(s for s in range(1000) if fuzz_blockmask.edit(bm, s)[0].startswith(edit))
-    return fuzz.Case(seed=seed, kind="flex_edited", B=1, H=2, HKV=2, L=24, S=24, D=8, DV=8, block=8,
-                     return_lse=True, lse_loss=True, mask="def mask_mod(b, h, q_idx, kv_idx):\n    return q_idx >= kv_idx\n")
+    return fuzz.Case(seed=seed, kind="flex_edited", B=1, H=2, HKV=2, L=24, S=24, D=8, DV=8, block=8, return_lse=True,
+                     lse_loss=True, mask="def mask_mod(b, h, q_idx, kv_idx):\n    return q_idx >= kv_idx\n")
 
 
 @pytest.mark.parametrize("edit", ["drop_full", "add_full", "move_full", "partial_to_full", "drop_partial"])
