@@ -44,8 +44,9 @@ test: $(TESTS)
 
 # mutation testing (not part of make test): one-line mutants of te_compile's guards, each run against the CPU tests
 # that must catch it, on a temporary copy of the checkout (tools/mutants.py; the list and score: docs/contributing.md)
+MUTANTS_JOBS ?= 2
 mutants: $(TESTS)
-	$(PY) -m tools.mutants
+	$(PY) -m tools.mutants --jobs $(MUTANTS_JOBS)
 
 # the differential fuzzer: a large CPU run (reference target, float64) ...
 # A new seed every run (the time; the summary line prints it): FUZZ_SEED=N repeats a run.
