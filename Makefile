@@ -10,7 +10,7 @@ BASE   := $(VENV)/.installed-base
 TESTS  := $(VENV)/.installed-test
 CUDA   := $(VENV)/.installed-cuda
 
-.PHONY: demo test test-cuda bench install clean fuzz fuzz-cuda
+.PHONY: demo test test-cuda bench install clean fuzz fuzz-cuda mutants
 
 # the demo: te_compile and torch, nothing else (on a CPU no CUDA package). The commands run the checkout's own
 # te_compile (Python puts the current folder first), so the installed copy only registers the package's metadata
@@ -41,6 +41,12 @@ demo: $(BASE)
 
 test: $(TESTS)
 	$(PY) -m pytest -q -m "not cuda" tests
+
+# mutation testing (not part of make test): one-line mutants of te_compile's guards, each run against the CPU tests
+# that must catch it, on a temporary copy of the checkout (tools/mutants.py; the list and score: docs/contributing.md)
+MUTANTS_JOBS ?= 2
+mutants: $(TESTS)
+	$(PY) -m tools.mutants --jobs $(MUTANTS_JOBS)
 
 # the differential fuzzer: a large CPU run (reference target, float64) ...
 # A new seed every run (the time; the summary line prints it): FUZZ_SEED=N repeats a run.

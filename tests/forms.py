@@ -34,6 +34,7 @@ FORMS = [
     Form("float_bias_LS_fp32_learned", mask="float", bias_shape="LS", learned=True, bias_fp32=True),
     Form("float_bias_1H1S_frozen", mask="float", bias_shape="1H1S"),
     Form("gqa_causal", is_causal=True, hk=1),
+    Form("gqa_causal_2kv", is_causal=True, hk=2),  # 2 kv heads of 2 queries each: h // 2 and h % 2 differ
     Form("gqa_bias_learned", mask="float", hk=2, learned=True),
     Form("custom_scale", scale=0.3),
     Form("cross_attention", s=96),

@@ -129,3 +129,21 @@ def test_native_alibi_graph_asks_cudnn_for_alibi():
     spec = dataclasses.replace(_spec(_gym(16), None, 16), impl="cudnn")
     kw = graphs._sdpa_kwargs(lowering.lower(spec, (128, 128), heads=16), 64, None)
     assert kw.get("use_alibi_mask") is True and kw["diagonal_band_right_bound"] == 0 and "score_mod" not in kw
+
+
+@pytest.mark.parametrize("off", [1e-3, -1e-3, 1e-5])
+def test_near_miss_slopes_stay_off_native_alibi(off):
+    """Slopes a little off cuDNN's (``off`` relative) are the user's own: native ALiBi would use cuDNN's slopes
+    instead (a logit error growing with the distance), so the spec records no ALiBi head count and the cuDNN
+    lowering emits the score_mod with the user's slopes."""
+    import dataclasses
+
+    def near(s, b, h, q, kv):
+        return s + torch.exp2(-((h + 1) * 8.0 / 16)) * (1.0 + off) * (kv - q)
+    spec = _spec(near, None, 16)
+    assert spec.alibi_heads == 0 and spec.score == ALIBI
+    lw = lowering.lower(dataclasses.replace(spec, impl="cudnn"), (128, 128), heads=16)
+    assert not lw.alibi and lw.emitted
+    # the same spelling with cuDNN's exact slopes is native: only the slope values decide
+    exact = _spec(lambda s, b, h, q, kv: s + torch.exp2(-((h + 1) * 8.0 / 16)) * 1.0 * (kv - q), None, 16)
+    assert exact.alibi_heads == 16

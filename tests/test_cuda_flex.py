@@ -340,3 +340,33 @@ def test_alibi_causal_with_cudnn_slopes(heads, hkv, L, S):
     spec = report.decisions[0].spec
     assert spec.alibi_heads == heads, spec
     assert lowering.lower(spec, (L, S), heads=heads).alibi == (L == S)
+
+
+@pytest.mark.parametrize("off", [1e-3, -1e-3])
+def test_alibi_with_near_miss_slopes_uses_the_users_slopes(off):
+    """Slopes 1e-3 (relative) off cuDNN's own are not served by native ALiBi (which would use cuDNN's slopes): the
+    emitted score_mod uses the user's. The lse tells them apart (bf16 out cannot): eager float32 with cuDNN's slopes
+    is >= 1e-3 away from eager with the user's (2.6e-3 here), te_compile within 3e-4 of the user's."""
+    from te_compile import lowering
+
+    heads, L = 16, 512
+    g = torch.Generator(device="cuda").manual_seed(2)
+    q, k, v = (torch.randn(2, heads, L, 64, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(3))
+    dout = torch.randn(2, heads, L, 64, device="cuda", generator=g)
+    bm = create_block_mask(MASK_MODS["causal"], 1, 1, L, L, device="cuda")
+
+    def attention(factor):
+        def fn(q, k, v):
+            return flex_attention(q, k, v, block_mask=bm, return_lse=True, score_mod=lambda s, b, h, q_, kv: (
+                s + torch.exp2(-((h + 1) * 8.0 / heads)) * factor * (kv - q_)))
+        return fn
+    report, (out, lse, grads), (ref_out, ref_lse, ref_grads) = _on_cudnn_and_eager(attention(1.0 + off), q, k, v, dout)
+    spec = report.decisions[0].spec
+    assert spec.alibi_heads == 0 and not lowering.lower(spec, (L, L), heads=heads).alibi, spec
+    with torch.no_grad():
+        _, native_lse = attention(1.0)(q.float(), k.float(), v.float())
+    assert (native_lse - ref_lse).abs().max().item() >= 1e-3  # the test can see native ALiBi's slopes
+    assert (lse - ref_lse).abs().max().item() <= 3e-4
+    assert rows_err(out, ref_out) <= ROWS_TOL
+    for name, a, b in zip("qkv", grads, ref_grads):
+        assert rows_err(a, b) <= ROWS_TOL, name

@@ -103,6 +103,7 @@ def test_check_takes_a_float32_bias_next_to_half_precision_q_and_nothing_else():
     ("(ge q_idx kv_idx)", (None, 0)),
     ("(le kv_idx q_idx)", (None, 0)),
     ("(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 5))", (6, 0)),
+    ("(and (and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 9)) (le (sub q_idx kv_idx) 5))", (6, 0)),  # the tighter
     ("(and (ge q_idx kv_idx) (lt (sub q_idx kv_idx) 1024))", (1024, 0)),
     ("(le q_idx kv_idx)", None),  # inverse causal: in-graph mask
     ("(ge (add q_idx 256) kv_idx)", (None, 256)),  # bottom-right causal for S - L = 256
@@ -593,3 +594,26 @@ def test_short_keys_with_index_terms_are_kept_in_training(S, score, grad, kept):
     spec = AttentionSpec(impl="cudnn", score=score, source="flex")
     why = check(q, k, v, None, spec, grad, False)
     assert (why is not None and "keys with grads" in why) is kept
+
+
+@pytest.mark.parametrize("score,kept", [("softcap", True), ("plain", False)])
+def test_dbias_with_a_non_unit_derivative_is_kept_for_cudnn(monkeypatch, score, kept):
+    """A learned relative-position table under a score_mod whose derivative is not 1 (softcap): cuDNN's dBias is
+    not flex's table gradient there (GPU fuzzer: dTable 0.9-1.0 off), so the site is kept for cuDNN; a score_mod
+    with derivative 1 is not kept for that reason."""
+    import torch.nn.attention.flex_attention as fa
+    from torch.nn.attention.flex_attention import flex_attention
+
+    import te_compile
+
+    monkeypatch.setattr(fa, "_validate_device", lambda *a, **k: None)
+    L = 128
+    table = torch.randn(4, 2 * L - 1, requires_grad=True)
+    f = (lambda s: 20.0 * torch.tanh(s / 20.0)) if score == "softcap" else (lambda s: s)
+
+    def fn(q, k, v):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: f(s) + table[h, q_ - kv + L - 1])
+    q, k, v = (torch.randn(1, 4, L, 64, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    (d,) = te_compile.explain(fn, q, k, v, for_device="cuda", serve="always").decisions
+    assert ("cuDNN's dBias is not flex's table gradient" in d.reason) == kept, d.reason
+    assert d.runs_on == "kept" if kept else d.dbias_note == "yes (table needs grad)"

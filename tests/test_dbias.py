@@ -183,3 +183,42 @@ def test_importing_te_compile_leaves_dynamo_config_alone():
             "print(before)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("case", ["learned 1HLS", "learned 11LS", "learned 1H1S", "learned from a parameter",
+                                  "frozen", "bool"])
+def test_the_pass_reads_dbias_as_the_backward_computes_it(case):
+    """The pass's reading of which bias needs a gradient (passes/grad.py: the report's dbias column and cuDNN's
+    support check with or without the dBias plan) is what the backward computes, and the gradients of q, k, v and
+    of a learned bias (or the parameter it is computed from) match eager's in float64."""
+    shape = {"learned 11LS": (1, 1, 8, 8), "learned 1H1S": (1, 2, 1, 8)}.get(case, (1, 2, 8, 8))
+    w = torch.randn(shape, dtype=torch.float64, requires_grad=case.startswith("learned"))
+    if case == "bool":
+        w = torch.rand(8, 8) > 0.3
+    bias_of = (lambda: w * 2 - 1) if case == "learned from a parameter" else (lambda: w)
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias_of())
+    decisions, bw = [], []
+
+    def backend(gm, example_inputs):
+        decisions.extend(rewrite_graph(gm, "reference"))
+
+        def bw_compiler(g, ex):
+            bw.append(g.code)
+            return make_boxed_func(g.forward)
+        return aot_autograd(fw_compiler=lambda g, ex: make_boxed_func(g.forward), bw_compiler=bw_compiler)(
+            gm, example_inputs)
+
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(0)
+    qkv = [torch.randn(1, 2, 8, 8, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+    dout = torch.randn(1, 2, 8, 8, generator=g, dtype=torch.float64)
+    leaves = qkv + ([w] if w.requires_grad else [])
+    got = torch.autograd.grad((torch.compile(fn, backend=backend, fullgraph=True)(*qkv) * dout).sum(), leaves)
+    want = torch.autograd.grad((fn(*qkv) * dout).sum(), leaves)
+    (d,) = decisions
+    assert d.rewrite and _need_dbias_flags(bw[0]) == [str(d.need_dbias)]
+    assert d.need_dbias == case.startswith("learned")
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)

@@ -1,4 +1,4 @@
-"""flex_attention through te_compile (reference target) equals eager flex: out, lse, grads."""
+"""flex_attention through te_compile (reference target) equals eager flex: out, lse, grads (of a loss on out and lse)."""
 
 import math
 
@@ -63,8 +63,11 @@ def _inputs(S=L, hk=H, seed=0):
 def _run(fn, args):
     args = [a.detach().requires_grad_() for a in args]
     out, lse = fn(*args)
-    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
-    (out * dout).sum().backward()
+    g = torch.Generator().manual_seed(1)
+    dout = torch.randn(out.shape, generator=g, dtype=out.dtype)
+    dlse = torch.randn(lse.shape, generator=g, dtype=lse.dtype)
+    # lse is in the loss too (its gradient joins the backward's dS); fully masked rows' -inf lse contribute nothing
+    ((out * dout).sum() + (torch.where(torch.isfinite(lse), lse, 0.0) * dlse).sum()).backward()
     return out.detach(), lse.detach(), [a.grad for a in args]
 
 
@@ -416,3 +419,84 @@ def test_which_score_mods_may_be_nan_at_finite_scores(score, nan):
     """A score_mod that may be NaN is kept under a gathering mask_mod (its -inf bias does not hide a NaN)."""
     from te_compile import ir
     assert ir.may_be_nan(ir.parse(score)) is nan
+
+
+def _edit_full_blocks(bm, edit):
+    """``bm`` with one full block of its first (batch, head) edited, the partial blocks untouched: "drop" the last
+    full block of the first query block that has one, "move" it to a kv block the BlockMask does not list, "add" an
+    unlisted kv block as full to the first query block that has one."""
+    num, idx = bm.full_kv_num_blocks.clone(), bm.full_kv_indices.clone()
+    nk = bm.kv_indices.shape[-1]
+    listed = [set(bm.kv_indices[0, 0, i, : int(bm.kv_num_blocks[0, 0, i])].tolist())
+              | set(idx[0, 0, i, : int(num[0, 0, i])].tolist()) for i in range(num.shape[-1])]
+    if edit in ("drop", "move"):
+        i = next(i for i in range(num.shape[-1]) if num[0, 0, i] > 0)
+        if edit == "drop":
+            num[0, 0, i] -= 1
+        else:
+            idx[0, 0, i, int(num[0, 0, i]) - 1] = min(set(range(nk)) - listed[i])
+    else:
+        i = next(i for i in range(num.shape[-1]) if set(range(nk)) - listed[i])
+        idx[0, 0, i, int(num[0, 0, i])] = min(set(range(nk)) - listed[i])
+        num[0, 0, i] += 1
+    return BlockMask.from_kv_blocks(bm.kv_num_blocks.clone(), bm.kv_indices.clone(), num, idx,
+                                    BLOCK_SIZE=bm.BLOCK_SIZE, mask_mod=bm.mask_mod)
+
+
+def _flex_block_semantics(q, k, v, bm, mask_mod):
+    """out and lse of compiled flex's semantics for ``bm``, in float64 dense math: full blocks kept, partial blocks
+    where mask_mod keeps, blocks not listed masked (eager flex applies mask_mod element-wise and ignores them)."""
+    n = q.shape[2]
+    keep = torch.zeros(bm.kv_num_blocks.shape[0], bm.kv_num_blocks.shape[1], n, n, dtype=torch.bool)
+    for num, idx, full in ((bm.kv_num_blocks, bm.kv_indices, False), (bm.full_kv_num_blocks, bm.full_kv_indices, True)):
+        for b in range(num.shape[0]):
+            for h in range(num.shape[1]):
+                for i in range(num.shape[2]):
+                    for j in idx[b, h, i, : int(num[b, h, i])].tolist():
+                        qi = torch.arange(8 * i, min(8 * i + 8, n))[:, None]
+                        kj = torch.arange(8 * j, min(8 * j + 8, n))[None, :]
+                        keep[b, h, qi, kj] |= True if full else mask_mod(b, h, qi, kj)
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    return torch.softmax(s, -1).nan_to_num(0.0) @ v, lse
+
+
+@pytest.mark.parametrize("edit", ["drop", "move", "add"])
+def test_a_block_mask_with_edited_full_blocks_is_refused(edit):
+    """Partial blocks as create_block_mask builds them, one full block dropped, moved or added: compiled flex
+    attends differently there than mask_mod element-wise, so te_compile keeps the site at compile time and
+    refuses the BlockMask at run time (a different BlockMask for an already compiled graph)."""
+    good = create_block_mask(MASK_MODS["causal"], 1, 1, L, L, device="cpu", BLOCK_SIZE=8)
+    bad = _edit_full_blocks(good, edit)
+    args = [a.detach() for a in _inputs()]
+    want_out, _ = _flex_block_semantics(*args, bad, MASK_MODS["causal"])
+    elementwise = flex_attention(*args, block_mask=good)
+    assert (want_out - elementwise).abs().max() > 0.1  # the edit changes the answer: serving it would be wrong
+
+    def fn(q, k, v, bm):
+        return flex_attention(q, k, v, block_mask=bm)
+    ((target, why),) = _reasons(fn, *args, bad)
+    assert target == "kept" and "full blocks differ" in why, why
+    compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))
+    torch.testing.assert_close(compiled(*args, good), fn(*args, good))
+    with pytest.raises(RuntimeError, match="its full blocks differ"):
+        compiled(*args, bad)
+
+
+@pytest.mark.parametrize("edit", ["drop", "move", "add"])
+def test_document_mask_follows_edited_full_blocks(edit, serve_sparse_document_masks):
+    """A document mask materialized with the BlockMask's semantics serves a BlockMask whose full blocks were
+    edited: out and lse are compiled flex's for that BlockMask (float64 dense math), not mask_mod's."""
+    bad = _edit_full_blocks(create_block_mask(_doc_mask, B, 1, L, L, device="cpu", BLOCK_SIZE=8), edit)
+
+    def fn(q, k, v, bm):
+        return flex_attention(q, k, v, block_mask=bm, return_lse=True)
+    args = [a.detach() for a in _inputs()]
+    want_out, want_lse = _flex_block_semantics(*args, bad, _doc_mask)
+    assert (want_out - fn(*args, bad)[0]).abs().max() > 0.1  # eager flex (element-wise) differs: the edit matters
+    assert _reasons(fn, *args, bad)[0][0] == "reference"
+    out, lse = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", target="reference"))(*args, bad)
+    torch.testing.assert_close(out, want_out, rtol=1e-7, atol=1e-7)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-7, atol=1e-7)
+

@@ -44,7 +44,7 @@ def test_fuzz_class_matches_eager_and_keeps_its_decision(name, backend):
 
 def test_affinity_is_structural():
     for text in ("(add (mul score 2) (gt score 0))", "(rem score 1.0)", "(cast int32 score)",
-                 "(add score (mul score (ge q_idx kv_idx)))"):
+                 "(mul (cast int32 score) 2.0)", "(add score (mul score (ge q_idx kv_idx)))"):
         assert ir.linear_in_score(ir.parse(text)) is None, text
     a, g = ir.linear_in_score(ir.parse("(div (add score 3.0) -4.0)"))
     assert a == -0.25 and str(g) == "-0.75"
@@ -148,7 +148,7 @@ def test_split_additive_keeps_bool_terms_numeric(text):
     torch.testing.assert_close(sum(parts).expand_as(env["score"]), ir.evaluate(e, env).double().expand_as(env["score"]))
 
 
-def test_negative_scale_with_is_causal_stays_with_torch():
+def test_negative_scale_with_is_causal_stays_with_torch(backend):  # backend: CPU flex with grad (fuzz._prepare)
     """torch's CPU flash SDPA gives NaN in causal rows at a negative scale, its math kernel does not: te_compile
     keeps such a call (its result is torch's own); without is_causal, and for flex, a negative scale is served."""
     import torch.nn.functional as F
@@ -232,3 +232,41 @@ def test_cuda_class_decisions_as_pinned(name, backend):  # (backend: flex on CPU
         assert {(r["runs_on"], category(r["reason"])) for r in rows} == {("kept", CUDA_KEPT[name])}, rows
     else:
         assert {r["runs_on"] for r in rows} == {"cudnn"}, rows
+
+
+def _edited_block_mask_case(edit):
+    """A causal case of the fuzzer's hand-edited BlockMask class whose seed draws ``edit``."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    from tools import fuzz_blockmask
+
+    bm = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 2, 24, 24, device="cpu", BLOCK_SIZE=8)
+    seed = next(s for s in range(1000) if fuzz_blockmask.edit(bm, s)[0].startswith(edit))
+    return fuzz.Case(seed=seed, kind="flex_edited", B=1, H=2, HKV=2, L=24, S=24, D=8, DV=8, block=8, return_lse=True,
+                     lse_loss=True, mask="def mask_mod(b, h, q_idx, kv_idx):\n    return q_idx >= kv_idx\n")
+
+
+@pytest.mark.parametrize("edit", ["drop_full", "add_full", "move_full", "partial_to_full", "drop_partial"])
+def test_the_edited_block_mask_class_judges_by_flex_block_semantics(edit, backend, monkeypatch):
+    """The fuzzer's hand-edited BlockMask class (tools/fuzz_blockmask.py): te_compile refuses the edited BlockMask
+    (kept at compile time, a RuntimeError at run time); with the BlockMask check switched off the class reports the
+    served answer as wrong (it compares with flex's block semantics, not with mask_mod element-wise)."""
+    from te_compile import blockmask
+
+    case = _edited_block_mask_case(edit)
+    outcome, detail, _ = fuzz.compare(case, "cpu", backend)
+    assert outcome == "kept" and edit in detail and "refused at run time" in detail, detail
+    monkeypatch.setattr(blockmask, "mismatch", lambda *a, **k: None)
+    outcome, detail, _ = fuzz.compare(case, "cpu", backend)
+    assert outcome == "wrong" and "not flex's answer" in detail, detail
+
+
+def test_the_edited_block_mask_class_follows_the_peers():
+    """cases_for adds one edited-BlockMask case per 20 random cases, after the peers, at its own seeds: the seeds of
+    the other classes are what they were."""
+    from tools import fuzz_blockmask
+
+    cs = fuzz.cases_for(40, 3, "cpu", True)
+    edited = [c for c in cs if c.kind == "flex_edited"]
+    assert [c.seed for c in edited] == [3 * fuzz.SEED_STRIDE + fuzz_blockmask.EDIT_OFFSET + i for i in range(2)]
+    assert cs[-2:] == edited and [c.seed for c in cs[:40]] == [3 * fuzz.SEED_STRIDE + i for i in range(40)]
+    assert fuzz.Case.from_json(edited[0].to_json()) == edited[0]

@@ -42,20 +42,54 @@ def test_opcheck_fwd(name):
     torch.library.opcheck(torch.ops.te_compile.attn_fwd.default, (q, k, v, bias, [], spec))
 
 
+@pytest.mark.parametrize("with_dlse", [False, True])
 @pytest.mark.parametrize("need_dbias", [False, True])
 @pytest.mark.parametrize("name", ["causal_bias", "bshd", "gqa"])
-def test_opcheck_bwd(name, need_dbias):
+def test_opcheck_bwd(name, need_dbias, with_dlse):
     q, k, v, bias, spec = _args(CASES[name], rg=False)
     out, lse = torch.ops.te_compile.attn_fwd(q, k, v, bias, [], spec)
     dout = torch.randn_like(out)
+    dlse = torch.randn_like(lse) if with_dlse else None
     torch.library.opcheck(torch.ops.te_compile.attn_bwd.default,
-                          (dout, q, k, v, out, lse, bias, [], spec, need_dbias))
+                          (dout, q, k, v, out, lse, bias, [], spec, need_dbias, dlse))
 
 
 def test_gradcheck_through_the_op():
+    """Both outputs are differentiated: out's and lse's gradients enter the backward."""
     q, k, v, bias, spec = _args(CASES["causal_bias"])
-    fn = lambda q, k, v, b: torch.ops.te_compile.attn_fwd(q, k, v, b, [], spec)[0]  # noqa: E731
+    fn = lambda q, k, v, b: torch.ops.te_compile.attn_fwd(q, k, v, b, [], spec)  # noqa: E731
     assert torch.autograd.gradcheck(fn, (q, k, v, bias))
+
+
+def _dense(q, k, v, bias, causal):
+    """out and lse of eager attention in float64 dense math (scale 0.3, top-left causal, query head h reads kv head
+    h // (Hq // Hkv)), differentiable by autograd."""
+    g = q.shape[1] // k.shape[1]
+    s = (q @ k.repeat_interleave(g, 1).transpose(-1, -2)) * 0.3
+    if bias is not None:
+        s = s + bias
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(s, -1) @ v.repeat_interleave(g, 1), torch.logsumexp(s, -1)
+
+
+@pytest.mark.parametrize("name", ["causal_bias", "bias_2d", "gqa", "bshd", "cross"])
+def test_forward_and_backward_with_dlse_match_dense_math(name):
+    """The op's out, lse and its backward for a loss on out and lse (dout and dlse) against float64 dense math
+    differentiated by autograd: dq, dk, dv and dbias."""
+    q, k, v, bias, spec = _args(CASES[name])
+    inputs = [t for t in (q, k, v, bias) if t is not None]
+    out, lse = torch.ops.te_compile.attn_fwd(q, k, v, bias, [], spec)
+    want_out, want_lse = _dense(q, k, v, bias, CASES[name].get("mask") == "causal")
+    torch.testing.assert_close(out, want_out, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-10, atol=1e-10)
+    g = torch.Generator().manual_seed(1)
+    dout = torch.randn(out.shape, generator=g, dtype=out.dtype)
+    dlse = torch.randn(lse.shape, generator=g, dtype=lse.dtype)
+    got = torch.autograd.grad((out * dout).sum() + (lse * dlse).sum(), inputs)
+    want = torch.autograd.grad((want_out * dout).sum() + (want_lse * dlse).sum(), inputs)
+    for name_, a, b in zip("qkvb", got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10, msg=f"d{name_}")
 
 
 def test_outputs_follow_input_layout():

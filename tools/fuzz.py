@@ -593,6 +593,9 @@ NOT_JUDGED = "not judged in bfloat16 (ill-conditioned: eager's own bfloat16 erro
 
 def compare(c: Case, device: str, backend: Any) -> tuple[str, str, list]:
     """(outcome, detail, decisions) for one case."""
+    if c.kind == "flex_edited":  # the hand-edited BlockMask class
+        from . import fuzz_blockmask
+        return fuzz_blockmask.compare(c, device, backend, sys.modules[__name__])
     last_errors.clear()
     low, ref_dtype = _dtypes(c, device)
     torch._dynamo.reset()
@@ -809,6 +812,8 @@ def cases_for(n: int, seed: int, device: str, peers: bool) -> list[Case]:
     if peers:
         from .peers import PEERS
         out += [make_case(base + PEER_OFFSET + i, device, p) for i, p in enumerate(PEERS)]
+    from . import fuzz_blockmask  # the hand-edited BlockMask class, after the peers
+    out += fuzz_blockmask.cases(n, base, device, sys.modules[__name__])
     return out
 
 
