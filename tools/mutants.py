@@ -183,6 +183,22 @@ MUTANTS = [
     Mutant("gather_mask_density", "te_compile/passes/flex.py", "MIN_GATHER_MASK_DENSITY = 0.6",
            "MIN_GATHER_MASK_DENSITY = 0.0", _k("tests/test_flex.py", "sparse_document_mask_is_kept"),
            "sparse document masks served as a dense bias (slower than Inductor's block-sparse flex)"),
+    Mutant("intervals_runs_flag", "te_compile/intervals.py",
+           "self.valid = self.valid & (new.sum(dim=1) == distinct)", "self.valid = self.valid",
+           _k("tests/test_intervals.py", "not_runs"),
+           "document ids that come back later in their row trusted as runs: the interval kernels drop those keys"),
+    Mutant("intervals_sweep", "te_compile/intervals.py", "            s = torch.maximum(st[i], prev)",
+           "            s = st[i]", _k("tests/test_intervals.py", "named_masks or random_compositions"),
+           "overlapping intervals not swept apart: endpoints decrease, keys counted twice or dropped"),
+    Mutant("intervals_le", "te_compile/intervals.py", "            iv = [(zero, t + 1)]", "            iv = [(zero, t)]",
+           _k("tests/test_intervals.py", "named_masks"), "`kv <= t` read as `kv < t`: the diagonal key dropped"),
+    Mutant("intervals_bands_stay", "te_compile/passes/flex.py", "    if not ir.buffers_used(mask) and _native_band(mask):",
+           "    if False:", _k("tests/test_flex_intervals.py", "bands_stay"),
+           "bands moved off the graph path's native band (the kernels that skip their tiles as well)"),
+    Mutant("intervals_score_mod", "te_compile/passes/flex.py",
+           "    if score != _SCORE or mask.is_const(True) or mods.learned", "    if mask.is_const(True) or mods.learned",
+           _k("tests/test_flex_intervals.py", "score_mod_keeps"),
+           "a score_mod dropped: the interval kernels compute plain softmax attention"),
 ]
 
 
