@@ -141,3 +141,36 @@ def test_the_cuda_check_names_what_the_kernels_cannot_take():
     assert "head dims 160/160" in flexkernel.unavailable(h, h, h)
     c = torch.empty(1, 2, 8, 64, dtype=torch.bfloat16)
     assert flexkernel.unavailable(c, c, c) == "not a CUDA tensor"
+
+
+def test_plans_are_reused_only_for_the_same_unchanged_tensors(monkeypatch):
+    """The interval kernels' plan cache (te_compile.cudnn.flexkernel._Plans): a plan is reused for the same captured
+    tensor unchanged, rebuilt for an in-place write, another tensor or other shapes, and always rebuilt for inference
+    tensors (no version counter); an entry holds its tensors, so their memory cannot pass to another tensor."""
+    from te_compile.cudnn import flexkernel
+
+    built = []
+    monkeypatch.setattr(flexkernel, "_build", lambda spec, q, k, v, bufs, backward: built.append(1) or object())
+    plans = flexkernel._Plans(per_data=2)
+    spec = AttentionSpec(source="flex", mask_mod="(eq (index (buf 0) q_idx) (index (buf 0) kv_idx))", n_inputs=1,
+                         intervals=True)
+    q = torch.empty(1, 2, 8, 16)
+    ids = torch.tensor([0, 0, 1, 1, 1, 2, 2, 2])
+    p = plans.get(spec, q, q, q, [ids], True)
+    assert plans.get(spec, q, q, q, [ids], True) is p and len(built) == 1
+    assert plans.get(spec, q, q, q, [ids[:]], True) is p  # a view of the same memory and content
+    ids[3] = 2  # an in-place write
+    assert plans.get(spec, q, q, q, [ids], True) is not p and len(built) == 2
+    plans.get(spec, q, q, q, [ids.clone()], True)
+    assert len(built) == 3
+    assert any(ids is t for _, refs in plans.data.values() for t in refs)  # held while its entry lives
+    q2 = torch.empty(1, 2, 8, 32)
+    plans.get(spec, q2, q2, q2, [ids], True)
+    assert len(built) == 4
+    with torch.inference_mode():
+        frozen = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    plans.get(spec, q, q, q, [frozen], True)
+    plans.get(spec, q, q, q, [frozen], True)
+    assert len(built) == 6
+    static = AttentionSpec(source="flex", mask_mod="(or (lt kv_idx 2) (ge q_idx kv_idx))", intervals=True)
+    assert plans.get(static, q, q, q, [], True) is plans.get(static, q, q, q, [], True) and len(built) == 7

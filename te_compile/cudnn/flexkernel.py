@@ -123,43 +123,48 @@ def _build(spec: AttentionSpec, q: Tensor, k: Tensor, v: Tensor, bufs: Sequence[
 
 
 class _Plans:
-    """Static plans per (spec, shapes, backward); per-call plans by the lse they produced (bounded, oldest first)."""
+    """Plans by what they depend on (bounded, oldest first).
 
-    def __init__(self, maxsize: int = 64) -> None:
+    A mask_mod that reads no captured tensor: by (spec, shapes, strides, dtype, device). One that reads captured tensors
+    (document ids): by the same plus each tensor's address, version, shape and strides, and the entry holds those
+    tensors, so their memory cannot be handed to another tensor while the entry names it: a key can only meet the same
+    tensor again, unchanged (an in-place write bumps its version). Every layer of a step that reads the same ids, and
+    every step that passes the same ids, reuses one plan without a host synchronisation. Inference tensors have no
+    version counter: their plans are built per call."""
+
+    def __init__(self, maxsize: int = 64, per_data: int = 8) -> None:
         self.static: "collections.OrderedDict[tuple, _Plan]" = collections.OrderedDict()
-        self.by_lse: "collections.OrderedDict[tuple, _Plan]" = collections.OrderedDict()
-        self.maxsize = maxsize
+        self.data: "collections.OrderedDict[tuple, tuple[_Plan, list]]" = collections.OrderedDict()
+        self.maxsize, self.per_data = maxsize, per_data
         self.lock = threading.Lock()
         self.builds = 0
 
-    def _put(self, table, key, value) -> None:
-        with self.lock:
+    @staticmethod
+    def _put(table, key, value, size: int, lock) -> None:
+        with lock:
             table[key] = value
-            while len(table) > self.maxsize:
+            while len(table) > size:
                 table.popitem(last=False)
 
     def get(self, spec: AttentionSpec, q, k, v, bufs, backward: bool) -> _Plan:
-        if bufs:  # reads captured tensors: a plan per forward call
+        key = (spec, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, backward)
+        if not bufs:
+            p = self.static.get(key)
+            if p is None:
+                self.builds += 1
+                p = _build(spec, q, k, v, (), backward)
+                self._put(self.static, key, p, self.maxsize, self.lock)
+            return p
+        if any(b.is_inference() for b in bufs):
             self.builds += 1
             return _build(spec, q, k, v, bufs, backward)
-        key = (spec, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, backward)
-        p = self.static.get(key)
-        if p is None:
-            self.builds += 1
-            p = _build(spec, q, k, v, (), backward)
-            self._put(self.static, key, p)
-        return p
-
-    def remember(self, lse: Tensor, spec: AttentionSpec, p: _Plan) -> None:
-        self._put(self.by_lse, (lse.data_ptr(), lse.shape, spec), p)
-
-    def for_backward(self, spec: AttentionSpec, q, k, v, lse: Tensor, bufs) -> _Plan:
-        if not bufs:
-            return self.get(spec, q, k, v, bufs, True)
-        p = self.by_lse.get((lse.data_ptr(), lse.shape, spec))
-        if p is None or getattr(p.plan.metadata, "has_backward", True) is False:
-            self.builds += 1
-            p = _build(spec, q, k, v, bufs, True)
+        key += tuple((b.data_ptr(), b._version, b.shape, b.stride(), b.dtype) for b in bufs)
+        hit = self.data.get(key)
+        if hit is not None:
+            return hit[0]
+        self.builds += 1
+        p = _build(spec, q, k, v, bufs, backward)
+        self._put(self.data, key, (p, list(bufs)), self.per_data, self.lock)
         return p
 
 
@@ -227,10 +232,7 @@ class IntervalForward:
         if p.empty_rows is not None:
             out = out.masked_fill(p.empty_rows.unsqueeze(-1), 0)
             lse = lse.masked_fill(p.empty_rows, float("-inf"))
-        out, lse = _conform(out, q), lse.contiguous()
-        if inputs:
-            plans.remember(lse, s, p)
-        return out, lse
+        return _conform(out, q), lse.contiguous()
 
     def native_info(self) -> None:
         return None
@@ -249,7 +251,7 @@ class IntervalBackward:
 
         s = self.spec
         capturing = torch.cuda.is_current_stream_capturing()
-        p = None if capturing else plans.for_backward(s, q, k, v, lse, list(inputs))
+        p = None if capturing else plans.get(s, q, k, v, list(inputs), True)
         bwd = _frontend()[0][2]
         guarded = torch.nan_to_num(lse, nan=float("nan"), posinf=float("inf"), neginf=1e30).contiguous()
         try:
