@@ -1,0 +1,109 @@
+"""What a compile costs for sites te_compile keeps: no cuDNN plan build for a site the speed decision keeps, and a
+graph whose sites are all kept goes to Inductor as plain torch.compile hands it over (graph and config)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import te_compile
+from te_compile import rules
+from te_compile.backend import _checker
+from te_compile.reasons import NOT_ON_CUDNN, SLOWER, category
+from te_compile.spec import AttentionSpec
+
+KEEP = rules.Rule(None, None, "kept in this test")
+SERVE = rules.Rule(1, 1, "served in this test")
+
+
+@pytest.fixture
+def stand_in_gpu(monkeypatch):
+    """The support check as on a machine with the call's GPU: plan builds (``graphs.finish``) are recorded, not run;
+    FE's validator runs as on the CPU."""
+    pytest.importorskip("cudnn")
+    from te_compile.cudnn import check as chk, graphs, versions
+
+    built: list = []
+
+    def finish(g, uids):
+        built.append("backward" if int(graphs.UID.DQ) in uids else "forward")
+
+    monkeypatch.setattr(chk, "_gpu", lambda q: "cuda:0")
+    monkeypatch.setattr(graphs, "handle", lambda device: None)
+    monkeypatch.setattr(graphs, "finish", finish)
+    monkeypatch.setattr(versions, "running", lambda: 91900)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Stand-in GPU")
+    chk._validate.cache_clear()
+    yield built
+    chk._validate.cache_clear()
+
+
+def _qkv(B, H, L, D, Hkv=None):
+    q = torch.empty(B, H, L, D, device="meta", dtype=torch.bfloat16)
+    kv = torch.empty(B, Hkv or H, L, D, device="meta", dtype=torch.bfloat16)
+    return q, kv, kv
+
+
+def test_a_site_kept_for_speed_costs_no_plan_build(stand_in_gpu, monkeypatch):
+    monkeypatch.setitem(rules.RULES, "sdpa", KEEP)
+    q, k, v = _qkv(2, 8, 1024, 64)
+    spec = AttentionSpec(mask="causal")
+    why = _checker("auto", "fastest")(q, k, v, None, spec, True, False)
+    assert stand_in_gpu == []
+    assert category(why) == SLOWER and "kept for speed by the rule for sdpa" in why and "kept in this test" in why
+    assert why == rules.slower_reason(q, k, v, None, spec, True, False)
+
+
+def test_a_served_site_still_builds_its_plans(stand_in_gpu, monkeypatch):
+    q, k, v = _qkv(2, 8, 1024, 64)
+    spec = AttentionSpec(mask="causal")
+    monkeypatch.setitem(rules.RULES, "sdpa", SERVE)
+    assert _checker("auto", "fastest")(q, k, v, None, spec, True, False) is None
+    assert stand_in_gpu == ["forward", "backward"]
+    monkeypatch.setitem(rules.RULES, "sdpa", KEEP)
+    assert _checker("auto", "always")(q, k, v, None, spec, False, False) is None  # serve="always": no speed rule
+    assert stand_in_gpu == ["forward", "backward", "forward"]
+
+
+def test_a_validator_rejection_comes_before_the_speed_decision(stand_in_gpu, monkeypatch):
+    """6 query heads over 4 key heads: cuDNN's validator rejects the graph, and that stays the reason (as on a GPU,
+    where the validator runs first in the plan build) although the rule would also keep the site."""
+    monkeypatch.setitem(rules.RULES, "sdpa", KEEP)
+    q, k, v = _qkv(2, 6, 64, 64, Hkv=4)
+    why = _checker("auto", "fastest")(q, k, v, None, AttentionSpec(), False, False)
+    assert category(why) == NOT_ON_CUDNN
+    assert why.startswith("cuDNN 9.19 builds no forward plan for this graph on Stand-in GPU: "), why
+    assert stand_in_gpu == []
+
+
+def test_a_measurement_builds_the_plans_first(stand_in_gpu, monkeypatch):
+    """When measuring (te_compile.tune, mode="max-autotune") the plans come first: the measurement times the classes
+    of the sites cuDNN can serve."""
+    from te_compile import tuning
+    monkeypatch.setitem(rules.RULES, "sdpa", KEEP)
+    q, k, v = _qkv(2, 8, 1024, 64)
+    with tuning.measuring():
+        why = _checker("auto", "fastest")(q, k, v, None, AttentionSpec(mask="causal"), False, False)
+    assert category(why) == SLOWER and stand_in_gpu == ["forward"]
+
+
+def test_a_model_whose_sites_the_rules_keep_builds_no_plan(stand_in_gpu, monkeypatch):
+    """End to end: the compile of a model with two SDPA sites the rules keep, decided as on a GPU, builds no plan and
+    reports both kept for speed; the same model under serve="always" builds its plans."""
+    monkeypatch.setitem(rules.RULES, "sdpa", KEEP)
+
+    class Model(torch.nn.Module):
+        def forward(self, q, k, v):
+            x = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return F.scaled_dot_product_attention(x, k, v)
+
+    q, k, v = (torch.randn(1, 2, 128, 64, dtype=torch.bfloat16) for _ in range(3))
+    rep = te_compile.explain(Model(), q, k, v, for_device="cuda", serve="fastest")
+    assert [category(d.reason) for d in rep.decisions] == [SLOWER, SLOWER], [d.reason for d in rep.decisions]
+    assert stand_in_gpu == []
+    rep = te_compile.explain(Model(), q, k, v, for_device="cuda", serve="always")
+    assert [d.runs_on for d in rep.decisions] == ["cudnn", "cudnn"]
+    assert stand_in_gpu == ["forward", "forward"]
