@@ -208,7 +208,7 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     guard_stale = graphs_on and options.inner == "inductor" and _is_cuda_graph(example_inputs)
     if guard_stale:  # an overwritten CUDA-graph output must raise, not crash (te_compile/stale_outputs.py)
         inductor_config = stale_outputs.without_static_launcher(inductor_config)
-    if options.inner == "inductor" and any(category(d.reason) == SLOWER for d in decisions):
+    if options.inner == "inductor" and _may_fail_in_inductor(decisions):
         compiled, decisions = _compile_or_serve_kept(gm, example_inputs, options, original, decisions,
                                                      inductor_config, graphs_on)
         report = _finish(gm, decisions, options)
@@ -279,6 +279,23 @@ def _autotunes(mode: Optional[str], inductor_options: Optional[dict]) -> bool:
 def _is_cuda_graph(example_inputs: list[Any]) -> bool:
     """Does the graph read a CUDA tensor (only then can Inductor run it under CUDA graphs)?"""
     return any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
+
+
+def _may_fail_in_inductor(decisions: list) -> bool:
+    """Does the graph keep for speed a flex site whose score_mod / mask_mod reads a tensor that needs a gradient (a
+    learned table)? Inductor's flex backward was seen to fail to compile such a site (out of shared memory), so
+    such a graph compiles its backward at once (``_compile_or_serve_kept``). Any other graph goes to Inductor as
+    plain torch.compile hands it over, backward compiled lazily at its first call."""
+    for d in decisions:
+        if category(d.reason) != SLOWER or d.site.kind != "flex":
+            continue
+        out = example_value(d.site.node)
+        if out is not None and not out.requires_grad:
+            continue
+        if any(getattr(example_value(b), "requires_grad", False) for b in (*d.site.score_buffers,
+                                                                            *d.site.mask_buffers)):
+            return True
+    return False
 
 
 def _compile_or_serve_kept(gm: GraphModule, example_inputs: list[Any], options: Options, original: torch.fx.Graph,

@@ -107,3 +107,61 @@ def test_a_model_whose_sites_the_rules_keep_builds_no_plan(stand_in_gpu, monkeyp
     rep = te_compile.explain(Model(), q, k, v, for_device="cuda", serve="always")
     assert [d.runs_on for d in rep.decisions] == ["cudnn", "cudnn"]
     assert stand_in_gpu == ["forward", "forward"]
+
+
+def _fresh(fn):
+    """``fn`` with a code object of its own (Dynamo's compiled entries live on the code object)."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def _sdpa_twice(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True).sin() * 2
+
+
+def test_a_graph_whose_sites_are_all_kept_goes_to_inductor_as_torch_compile_hands_it(monkeypatch):
+    """A training step with its site kept for speed (decided as on a GPU): Inductor receives the same graph and
+    config from te_compile as from plain torch.compile, compiles the backward lazily as there, and the callable
+    te_compile returns is Inductor's own; forward and gradients match eager."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.compile_fx as cfx
+
+    from te_compile.backend import Options, _make_backend
+    from te_compile.report import Report, record_reports
+
+    monkeypatch.setitem(rules.RULES, "sdpa", KEEP)
+    seen, returned = [], []
+    real = cfx.compile_fx
+
+    def spy(gm, inputs, *a, **kw):
+        seen.append((gm.code, kw.get("config_patches"), functorch_config.force_non_lazy_backward_lowering))
+        out = real(gm, inputs, *a, **kw)
+        returned.append(out)
+        return out
+    monkeypatch.setattr(cfx, "compile_fx", spy)
+
+    te_backend = _make_backend(Options(for_device="cuda", serve="fastest"))
+    handed = []
+
+    def te(gm, inputs, **kw):
+        handed.append(te_backend(gm, inputs, **kw))
+        return handed[-1]
+
+    g = torch.Generator().manual_seed(0)
+    qkv0 = [torch.randn(1, 2, 64, 16, generator=g, dtype=torch.bfloat16) for _ in range(3)]
+    results = []
+    for backend in ("inductor", te, "eager"):
+        qkv = [t.clone().requires_grad_(True) for t in qkv0]
+        fn = _fresh(_sdpa_twice) if backend == "eager" else torch.compile(_fresh(_sdpa_twice), backend=backend)
+        with record_reports() as reports:
+            out = fn(*qkv)
+        out.float().sum().backward()
+        results.append([out, *(t.grad for t in qkv)])
+        if backend is te:
+            assert [category(d.reason) for d in Report(reports).decisions] == [SLOWER]
+            assert handed == [returned[-1]] and handed[0] is returned[-1]  # no wrapper of te_compile's
+    half = len(seen) // 2  # per backend: compile_fx (and again inside its config patches, where it has some)
+    assert half and seen[:half] == seen[half:], seen
+    assert not any(lazy for _, _, lazy in seen)
+    for compiled in results[:2]:
+        for got, want in zip(compiled, results[2]):
+            torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
