@@ -24,7 +24,7 @@ from .. import ir
 from ..layout import concrete as _concrete, contiguous_strides, like_layout_strides
 from ..reasons import NOT_EXACT, NOT_ON_CUDNN, Reason
 from ..spec import AttentionSpec
-from .. import prefix
+from .. import compile_stats, prefix
 from . import versions
 from ..lowering import lower
 
@@ -156,6 +156,12 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
           spec: AttentionSpec, needs_grad: bool, need_dbias: bool, plans: bool = True) -> Optional[Reason]:
     """Reason cuDNN cannot serve this call, or None. Tensors may be fake. ``plans=False``: the validator only,
     also where the call's GPU is at hand (no plan build)."""
+    with compile_stats.timed("support check"):
+        return _check(q, k, v, bias, spec, needs_grad, need_dbias, plans)
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
+           spec: AttentionSpec, needs_grad: bool, need_dbias: bool, plans: bool) -> Optional[Reason]:
     lw = lower(spec)
     if lw.unsupported:
         return Reason(lw.unsupported, NOT_ON_CUDNN)
@@ -296,7 +302,8 @@ def _settle(graphs, g, uids: list, gpu: Optional[str], plans: bool = True) -> No
     if gpu is None or not plans:
         g.validate()
     else:
-        graphs.finish(g, uids)
+        with compile_stats.timed("check plan builds"):
+            graphs.finish(g, uids)
 
 
 def _broadcast_only_op(lw) -> Optional[str]:
