@@ -10,7 +10,7 @@ Each row is one attention call as generation makes it: query lengths 1, 4, 16 (-
 SDPA with no mask (the whole cache valid: the one-token step Hugging Face runs with SDPA's ``enable_gqa``), SDPA
 with a bottom-right causal bool mask ``[B, 1, Lq, S]`` (Hugging Face's static-cache mask: query i sees the keys up
 to its own position S - Lq + i), flex with no mask and flex with that bottom-right causal BlockMask (flex's
-decoding kernel serves Lq < 128). Columns: torch.compile, its A/A control, te_compile (default) and
+decoding kernel serves Lq < 128; the mask_mod reads the cache offset from a tensor, as decoding loops do). Columns: torch.compile, its A/A control, te_compile (default) and
 ``serve="always"``, each compiled apart (``dynamic=False``), measured in alternating rounds (each round starts
 with the next column); the row keeps every column's median ms per call between events, the loop's ms per call (a
 loop of calls timed as a whole: what a generation loop sees on a host-bound step) and what te_compile decided
@@ -67,8 +67,10 @@ def _variant(name: str, B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, devi
             return flex_attention(q, k, v, enable_gqa=True)
         return fn, [q, k, v]
 
+    offset = torch.tensor(off, device=device)  # a tensor, as decoding loops pass the cache position
+
     def bottom_right(b, h, q_idx, kv_idx):
-        return kv_idx <= q_idx + off
+        return kv_idx <= q_idx + offset
     bm = create_block_mask(bottom_right, None, None, Lq, S, device=device)
 
     def fn(q, k, v):
