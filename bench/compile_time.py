@@ -67,14 +67,16 @@ def _site(case: str, shape: tuple, device: str, train: bool, dtype):
     return fn, (q, k, v)
 
 
-def _llama(shape: tuple, layers: int, hidden: int, attn: str, device: str, dtype):
-    """A Llama-style decoder stack (RMSNorm, rotary, GQA attention, SwiGLU), causal; (model, (x,))."""
+def _llama(shape: tuple, layers: int, hidden: int, attn: str, device: str, dtype, ffn: int = 0):
+    """A Llama-style decoder stack (RMSNorm, rotary, GQA attention with hidden // D query heads over a quarter as
+    many KV heads, SwiGLU of width ``ffn``, default 4 * hidden), causal; (model, (x,))."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
     B, _, L, D = shape
     H = hidden // D
     Hkv = max(1, H // 4)
+    ffn = ffn or 4 * hidden
     block_mask = None
     if attn == "flex":
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -91,8 +93,8 @@ def _llama(shape: tuple, layers: int, hidden: int, attn: str, device: str, dtype
             self.q = nn.Linear(hidden, H * D, bias=False)
             self.kv = nn.Linear(hidden, 2 * Hkv * D, bias=False)
             self.o = nn.Linear(H * D, hidden, bias=False)
-            self.up = nn.Linear(hidden, 2 * 4 * hidden, bias=False)
-            self.down = nn.Linear(4 * hidden, hidden, bias=False)
+            self.up = nn.Linear(hidden, 2 * ffn, bias=False)
+            self.down = nn.Linear(ffn, hidden, bias=False)
 
         def forward(self, x, cos, sin):
             h = self.n1(x)
