@@ -165,3 +165,48 @@ def test_a_graph_whose_sites_are_all_kept_goes_to_inductor_as_torch_compile_hand
     for compiled in results[:2]:
         for got, want in zip(compiled, results[2]):
             torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+
+
+def test_only_a_graph_whose_site_the_speed_decision_looks_up_is_hashed(monkeypatch):
+    """The graph signature (the measurement cache's key, te_compile.tuning.graph_ab) is computed for a graph with a
+    site the speed decision looks up, once, and for no other graph (here: one without attention)."""
+    import importlib
+
+    from te_compile import tuning
+    from te_compile.tuning import graph_ab
+    backend_mod = importlib.import_module("te_compile.backend")
+    monkeypatch.setattr(backend_mod, "_is_cuda_graph", lambda inputs: True)  # decide these CPU graphs as CUDA ones
+    monkeypatch.setattr(tuning, "platform", lambda *a: {"gpu": "Stand-in GPU", "cudnn": 91900, "torch": "2.13"})
+    monkeypatch.setitem(rules.RULES, "sdpa", KEEP)
+    hashed = []
+    real = graph_ab.signature
+    monkeypatch.setattr(graph_ab, "signature", lambda *a: hashed.append(1) or real(*a))
+
+    def attention(x):
+        return F.scaled_dot_product_attention(x, x, x, is_causal=True).sum()
+
+    def no_attention(x):
+        return (x.sin() * 2).sum()
+
+    x = torch.randn(1, 2, 32, 16, dtype=torch.bfloat16)
+    for fn, want in ((no_attention, []), (attention, [1])):
+        hashed.clear()
+        torch._dynamo.reset()
+        rep = te_compile.explain(_fresh(fn), x, for_device="cuda", serve="fastest")
+        assert [category(d.reason) for d in rep.decisions] == [SLOWER] * len(want)
+        assert hashed == want
+
+
+def test_compile_stats_count_the_phases(stand_in_gpu, monkeypatch):
+    """te_compile.compile_stats (what bench/compile_time.py reports): a compile counts its decide and support-check
+    phases, and the check's plan builds only where a site is served."""
+    from te_compile import compile_stats
+    monkeypatch.setitem(rules.RULES, "sdpa", KEEP)
+    q = torch.randn(1, 2, 64, 64, dtype=torch.bfloat16)
+    for serve, builds in (("fastest", 0), ("always", 1)):
+        compile_stats.reset()
+        te_compile.explain(lambda q: F.scaled_dot_product_attention(q, q, q), q, for_device="cuda", serve=serve)
+        got = compile_stats.snapshot()
+        assert got["decide"]["count"] == 1 and got["support check"]["count"] >= 1, got
+        assert got.get("check plan builds", {}).get("count", 0) == builds, got
+        assert ("speed decision" in got) == (serve == "fastest"), got

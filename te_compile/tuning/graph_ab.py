@@ -165,19 +165,28 @@ def needs_grad_of(example_inputs: list[Any]) -> bool:
 
 def keyer(gm: torch.fx.GraphModule, original: torch.fx.Graph, example_inputs: list[Any], cuda_graphs: bool,
           plat: dict) -> Optional[Callable[[str], str]]:
-    """class -> the cache key of this graph's verdict for it; None when the graph is not measured (the reason is
-    logged)."""
+    """class -> the cache key of this graph's verdict for it (None with symbolic shapes); None when the graph is not
+    measured (the reason is logged). The graph's signature is computed at the first key asked for, so a graph
+    without a site the speed decision looks up (no attention, or every site kept for another reason) costs none;
+    that first key is asked for while the sites are decided, before the rewrite changes ``gm``."""
     why = skip_reason(original, example_inputs, cuda_graphs)
-    sig = None if why else signature(copy_module(gm, original), example_inputs)
-    if sig is None:
-        log.info("te_compile: this graph is not measured (%s); the rules decide", why or "symbolic shapes")
+    if why:
+        log.info("te_compile: this graph is not measured (%s); the rules decide", why)
         return None
     grad = needs_grad_of(example_inputs)
-    return lambda cls: key(sig, cls, grad, plat)
+    sig: list = []
+
+    def key_of(cls: str) -> Optional[str]:
+        if not sig:
+            sig.append(signature(copy_module(gm, original), example_inputs))
+            if sig[0] is None:
+                log.info("te_compile: this graph is not measured (symbolic shapes); the rules decide")
+        return None if sig[0] is None else key(sig[0], cls, grad, plat)
+    return key_of
 
 
 def measure_classes(variant: Callable[[dict], torch.fx.GraphModule], example_inputs: list[Any],
-                    classes: list[str], key_of: Callable[[str], str], timer=None, compile_fn: Callable = _compile,
+                    classes: list[str], key_of: Callable[[str], Optional[str]], timer=None, compile_fn: Callable = _compile,
                     echo: Optional[Callable[[str], None]] = None) -> int:
     """One A/B per class not in the cache yet: ``variant({cls: True})`` against ``variant({cls: False})``;
     stores each verdict and returns how many were measured. A failed measurement leaves that class to the rules."""
@@ -185,7 +194,7 @@ def measure_classes(variant: Callable[[dict], torch.fx.GraphModule], example_inp
     made = 0
     for cls in classes:
         k = key_of(cls)
-        if cache.get(k):
+        if k is None or cache.get(k):
             continue
         try:
             m = measure_graph(variant({cls: True}), variant({cls: False}), example_inputs, needs_grad, timer,
