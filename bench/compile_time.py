@@ -327,7 +327,7 @@ def main() -> int:
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--modes", default="train,infer")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--timeout", type=int, default=900, help="seconds per child")
+    p.add_argument("--timeout", type=int, default=300, help="seconds per child")
     p.add_argument("--cpu", action="store_true", help="run on the CPU even where CUDA is available")
     p.add_argument("--smoke", action="store_true", help="CPU, tiny shapes and models, one round: checks the script")
     p.add_argument("--json", default="")

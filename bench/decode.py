@@ -3,6 +3,7 @@ Hugging Face ``generate`` with a static cache (tokens per second).
 
     python3 bench/decode.py --json decode.json                   # CUDA: the grid below, then generate
     python3 bench/decode.py --mode reduce-overhead --json decode-graphs.json
+    python3 bench/decode.py --variants "" --json generate.json   # generate only
     python3 bench/decode.py --smoke                              # CPU: a tiny grid, one round (checks the script)
 
 Each row is one attention call as generation makes it: query lengths 1, 4, 16 (--q-lens) against a KV cache of
@@ -274,7 +275,7 @@ def main() -> int:
     rows: list = []
     for S in (int(x) for x in a.kv_lens.split(",")):
         for Lq in (int(x) for x in a.q_lens.split(",")):
-            for name in a.variants.split(","):
+            for name in [v for v in a.variants.split(",") if v]:  # --variants "": generate only
                 try:
                     row = bench_case(name, a.batch, Hq, Hkv, Lq, S, D, device, a.iters, a.rounds, mode)
                 except Exception as e:  # noqa: BLE001 - report the row, go on
