@@ -10,7 +10,7 @@ Each row is one attention call as generation makes it: query lengths 1, 4, 16 (-
 1k, 8k, 32k keys (--kv-lens), GQA 32 query heads over 8 KV heads, head dim 128, bf16, forward only. Variants:
 SDPA with no mask (the whole cache valid: the one-token step Hugging Face runs with SDPA's ``enable_gqa``), SDPA
 with a bottom-right causal bool mask ``[B, 1, Lq, S]`` (Hugging Face's static-cache mask: query i sees the keys up
-to its own position S - Lq + i), flex with no mask and flex with that bottom-right causal BlockMask (flex's
+to its own position S - Lq + i; the KV heads repeated, as Hugging Face does with a mask), flex with no mask and flex with that bottom-right causal BlockMask (flex's
 decoding kernel serves Lq < 128; the mask_mod reads the cache offset from a tensor, as decoding loops do). Columns: torch.compile, its A/A control, te_compile (default) and
 ``serve="always"``, each compiled apart (``dynamic=False``), measured in alternating rounds (each round starts
 with the next column); the row keeps every column's median ms per call between events, the loop's ms per call (a
@@ -59,8 +59,11 @@ def _variant(name: str, B: int, Hq: int, Hkv: int, Lq: int, S: int, D: int, devi
         pos = torch.arange(Lq, device=device)[:, None] + off
         mask = (torch.arange(S, device=device)[None, :] <= pos)[None, None].expand(B, 1, Lq, S)
 
-        def fn(q, k, v, mask):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        def fn(q, k, v, mask):  # with a mask Hugging Face repeats the KV heads (repeat_kv) instead of enable_gqa
+            n = q.shape[1] // k.shape[1]
+            k = k[:, :, None].expand(B, Hkv, n, S, D).reshape(B, Hq, S, D)
+            v = v[:, :, None].expand(B, Hkv, n, S, D).reshape(B, Hq, S, D)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return fn, [q, k, v, mask]
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     if name == "flex":
