@@ -12,6 +12,7 @@ restored after timing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -164,29 +165,19 @@ def needs_grad_of(example_inputs: list[Any]) -> bool:
 
 
 def keyer(gm: torch.fx.GraphModule, original: torch.fx.Graph, example_inputs: list[Any], cuda_graphs: bool,
-          plat: dict) -> Optional[Callable[[str], str]]:
-    """class -> the cache key of this graph's verdict for it (None with symbolic shapes); None when the graph is not
-    measured (the reason is logged). The graph's signature is computed at the first key asked for, so a graph
-    without a site the speed decision looks up (no attention, or every site kept for another reason) costs none;
-    that first key is asked for while the sites are decided, before the rewrite changes ``gm``."""
+          plat: dict) -> Optional[Callable[[str], Optional[str]]]:
+    """class -> the cache key of this graph's verdict for it (None: symbolic shapes); None when the graph is not
+    measured. The signature is made at the first key asked for (while the sites are decided, before the rewrite)."""
     why = skip_reason(original, example_inputs, cuda_graphs)
     if why:
         log.info("te_compile: this graph is not measured (%s); the rules decide", why)
         return None
-    grad = needs_grad_of(example_inputs)
-    sig: list = []
-
-    def key_of(cls: str) -> Optional[str]:
-        if not sig:
-            sig.append(signature(copy_module(gm, original), example_inputs))
-            if sig[0] is None:
-                log.info("te_compile: this graph is not measured (symbolic shapes); the rules decide")
-        return None if sig[0] is None else key(sig[0], cls, grad, plat)
-    return key_of
+    sig = functools.cache(lambda: signature(copy_module(gm, original), example_inputs))
+    return lambda cls: None if sig() is None else key(sig(), cls, needs_grad_of(example_inputs), plat)
 
 
 def measure_classes(variant: Callable[[dict], torch.fx.GraphModule], example_inputs: list[Any],
-                    classes: list[str], key_of: Callable[[str], Optional[str]], timer=None, compile_fn: Callable = _compile,
+                    classes: list[str], key_of: Callable[[str], str], timer=None, compile_fn: Callable = _compile,
                     echo: Optional[Callable[[str], None]] = None) -> int:
     """One A/B per class not in the cache yet: ``variant({cls: True})`` against ``variant({cls: False})``;
     stores each verdict and returns how many were measured. A failed measurement leaves that class to the rules."""
