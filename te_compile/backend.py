@@ -23,7 +23,7 @@ from .passes.decision import TARGETS, deciding_for
 from .passes.find import example_value
 from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
-from . import stale_outputs, tuning, user_warnings
+from . import compile_stats, stale_outputs, tuning, user_warnings
 from .tuning import graph_ab
 from .direct import direct_callable
 from .fxcopy import copy_graph, copy_module
@@ -139,11 +139,20 @@ def _checker(target: str, serve: str = "fastest", cuda_graphs: bool = False) -> 
         return lambda *a, **k: msg
     if serve == "always":
         return check
-    from .tuning import speed_reason
 
     def check_and_cost(*args: Any) -> Optional[str]:
-        return check(*args) or speed_reason(*args, cuda_graphs=cuda_graphs)
+        # the plan build (on a machine with the call's GPU) comes after the speed decision: a site kept for speed
+        # costs no plan build. A measurement (tuning.is_measuring) needs the plans first: it times the classes of
+        # the sites cuDNN can serve, and a variant that serves one runs it.
+        if tuning.is_measuring():
+            return check(*args) or _speed_reason(args, cuda_graphs)
+        return check(*args, plans=False) or _speed_reason(args, cuda_graphs) or check(*args)
     return check_and_cost
+
+
+def _speed_reason(args: tuple, cuda_graphs: bool) -> Optional[str]:
+    with compile_stats.timed("speed decision"):
+        return tuning.speed_reason(*args, cuda_graphs=cuda_graphs)
 
 
 _graph_counter = 0
@@ -199,19 +208,24 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     graphs_on = options.cuda_graphs if options.cuda_graphs is not None else _uses_cuda_graphs(options.inner,
                                                                                                inductor_config)
     checker = _checker(options.target, options.serve, graphs_on)
-    with tuning.measuring(tuning.is_measuring() or _autotunes(mode, inductor_options)):
+    with tuning.measuring(tuning.is_measuring() or _autotunes(mode, inductor_options)), compile_stats.timed("decide"):
         decisions = _decide(gm, original, example_inputs, options, checker, graphs_on)
     guard_stale = graphs_on and options.inner == "inductor" and _is_cuda_graph(example_inputs)
     if guard_stale:  # an overwritten CUDA-graph output must raise, not crash (te_compile/stale_outputs.py)
         inductor_config = stale_outputs.without_static_launcher(inductor_config)
-    if options.inner == "inductor" and any(category(d.reason) == SLOWER for d in decisions):
-        compiled, decisions = _compile_or_serve_kept(gm, example_inputs, options, original, decisions,
-                                                     inductor_config, graphs_on)
+    if options.inner == "inductor" and _may_fail_in_inductor(decisions):
+        with compile_stats.timed("inner compile"):
+            compiled, decisions = _compile_or_serve_kept(gm, example_inputs, options, original, decisions,
+                                                         inductor_config, graphs_on)
         report = _finish(gm, decisions, options)
     else:
         direct = _direct(gm, options, inductor_config, graphs_on)
         report = _finish(gm, decisions, options, direct is not None)  # before Inductor, which changes gm in place
-        compiled = direct or _inner_compile(options.inner, gm, example_inputs, inductor_config)
+        if direct is not None:
+            compiled = direct
+        else:
+            with compile_stats.timed("inner compile"):
+                compiled = _inner_compile(options.inner, gm, example_inputs, inductor_config)
     if replay_report:
         compiled = _replaying(compiled, report)
     return stale_outputs.raising_on_overwritten(compiled) if guard_stale else compiled
@@ -277,6 +291,23 @@ def _is_cuda_graph(example_inputs: list[Any]) -> bool:
     return any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
 
 
+def _may_fail_in_inductor(decisions: list) -> bool:
+    """Does the graph keep for speed a flex site whose score_mod / mask_mod reads a tensor that needs a gradient (a
+    learned table)? Inductor's flex backward was seen to fail to compile such a site (out of shared memory), so
+    such a graph compiles its backward at once (``_compile_or_serve_kept``). Any other graph goes to Inductor as
+    plain torch.compile hands it over, backward compiled lazily at its first call."""
+    for d in decisions:
+        if category(d.reason) != SLOWER or d.site.kind != "flex":
+            continue
+        out = example_value(d.site.node)
+        if out is not None and not out.requires_grad:
+            continue
+        if any(getattr(example_value(b), "requires_grad", False) for b in (*d.site.score_buffers,
+                                                                            *d.site.mask_buffers)):
+            return True
+    return False
+
+
 def _compile_or_serve_kept(gm: GraphModule, example_inputs: list[Any], options: Options, original: torch.fx.Graph,
                            decisions: list, inductor_config: Optional[dict], graphs_on: bool) -> tuple[Callable, list]:
     """Compile a graph with sites kept for speed (cuDNN could serve them); if Inductor cannot compile it (its
@@ -319,6 +350,11 @@ def _rewrite(gm: GraphModule, original: torch.fx.Graph, options: Options, checke
 
 def _finish(gm: GraphModule, decisions: list, options: Options, direct: bool = False) -> GraphReport:
     """Record, log and trace the decisions of one compiled graph."""
+    with compile_stats.timed("finish"):
+        return _finish_graph(gm, decisions, options, direct)
+
+
+def _finish_graph(gm: GraphModule, decisions: list, options: Options, direct: bool) -> GraphReport:
     global _graph_counter
     _graph_counter += 1
     if _depends_on_other_requires_grad(decisions):
@@ -351,7 +387,8 @@ def _call_path(decisions: list, options: Options) -> str:
     if options.for_device is not None or not any(d.runs_on == "cudnn" for d in decisions):
         return ""
     from .cudnn import native
-    return native.enable()
+    with compile_stats.timed("native"):
+        return native.enable()
 
 
 def _cudnn_version(decisions: list, options: Options) -> str:

@@ -101,7 +101,7 @@ def test_cycle_detector_finds_a_cycle():
 LAYERS = [
     # the language of a site: expressions, specs, reasons, layouts, the exact math, warnings
     {"expr", "opdefs", "ir", "spec", "layout", "reasons", "fxcopy", "cli_parser", "user_warnings", "infix", "alibi",
-     "reference", "blockmask", "install", "stale_outputs", "verify", "env"},
+     "reference", "blockmask", "install", "stale_outputs", "verify", "env", "compile_stats"},
     {"lowering", "prefix", "intervals"},  # what cuDNN computes for a site: its lowering, the prefix-LM split, key intervals
     {"cudnn"},  # what talks to cuDNN
     {"kernels", "ops", "inserted", "passes", "rules", "direct"},  # the ops, the graph passes, the default decision

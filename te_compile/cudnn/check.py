@@ -5,8 +5,9 @@ rules first (dtype, rank, head dim), then cuDNN FE's own validator on the forwar
 gradients are needed, the backward) graph description. On a machine with the call's GPU it
 also builds the plans: the validator accepts graphs no engine runs (a bias with dBias under
 any mask at key lengths that are not a multiple of 8), and a site served on such a graph would run
-the reference math at every call. It returns a ``Reason`` (a string with a category,
-te_compile.reasons), or None when cuDNN should serve the call. A configuration that passes here and
+the reference math at every call; ``check(..., plans=False)`` stops after the validator, so that a site the
+speed decision keeps costs no plan build (te_compile.backend composes the two). It returns a ``Reason`` (a
+string with a category, te_compile.reasons), or None when cuDNN should serve the call. A configuration that passes here and
 still finds no engine at run time (symbolic shapes, other layouts) falls back to the reference math,
 with a warning (te_compile.runtime_fallbacks()).
 """
@@ -23,7 +24,7 @@ from .. import ir
 from ..layout import concrete as _concrete, contiguous_strides, like_layout_strides
 from ..reasons import NOT_EXACT, NOT_ON_CUDNN, Reason
 from ..spec import AttentionSpec
-from .. import prefix
+from .. import compile_stats, prefix
 from . import versions
 from ..lowering import lower
 
@@ -152,8 +153,15 @@ def _short_keys(lw, k: torch.Tensor, needs_grad: bool) -> Optional[str]:
 
 
 def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
-          spec: AttentionSpec, needs_grad: bool, need_dbias: bool) -> Optional[Reason]:
-    """Reason cuDNN cannot serve this call, or None. Tensors may be fake."""
+          spec: AttentionSpec, needs_grad: bool, need_dbias: bool, plans: bool = True) -> Optional[Reason]:
+    """Reason cuDNN cannot serve this call, or None. Tensors may be fake. ``plans=False``: the validator only,
+    also where the call's GPU is at hand (no plan build)."""
+    with compile_stats.timed("support check"):
+        return _check(q, k, v, bias, spec, needs_grad, need_dbias, plans)
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor],
+           spec: AttentionSpec, needs_grad: bool, need_dbias: bool, plans: bool) -> Optional[Reason]:
     if spec.intervals:
         from .flexkernel import unavailable
         why = unavailable(q, k, v)
@@ -198,8 +206,9 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
             if bias.dtype != torch.float32:
                 return Reason(f"a {bias.dtype} bias with {q.dtype} q", NOT_ON_CUDNN)
             bias_meta += ("float32",)
+    gpu = _gpu(q)
     return _validate(spec, tuple((s, _strides(s, t)) for s, t in zip(shapes, (q, k, v))), bias_meta,
-                     str(q.dtype), needs_grad, need_dbias, _gpu(q))
+                     str(q.dtype), needs_grad, need_dbias, gpu, plans or gpu is None)  # no GPU: one cache entry
 
 
 def _gpu(q: torch.Tensor) -> Optional[str]:
@@ -247,7 +256,7 @@ def _strides(shape: tuple[int, ...], t: torch.Tensor) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=512)
 def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype: str,
-              needs_grad: bool, need_dbias: bool, gpu: Optional[str] = None) -> Optional[Reason]:
+              needs_grad: bool, need_dbias: bool, gpu: Optional[str] = None, plans: bool = True) -> Optional[Reason]:
     try:
         from . import graphs
     except Exception as e:  # noqa: BLE001 - a broken install must not crash compilation
@@ -264,9 +273,9 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
 
         def rows(m, n):
             return ((*m[0][:2], n, m[0][3]), m[1])
-        return (_validate(sp.prefix, (q, rows(k, P), rows(v, P)), None, dtype, needs_grad, need_dbias, gpu)
+        return (_validate(sp.prefix, (q, rows(k, P), rows(v, P)), None, dtype, needs_grad, need_dbias, gpu, plans)
                 or _validate(sp.causal, (rows(q, L - P), rows(k, S - P), rows(v, S - P)), None, dtype,
-                             needs_grad, need_dbias, gpu))
+                             needs_grad, need_dbias, gpu, plans))
     o_shape = (B, H, L, v[0][3])
     o_meta = (o_shape, like_layout_strides(o_shape, torch.empty_strided(q[0], q[1], device="meta")))
     inputs = tuple(((B, H, 1, 1), (H, 1, 1, 1)) for _ in range(spec.n_inputs))
@@ -274,12 +283,12 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
     direction = "forward"
     try:
         g = graphs.new_graph(_handle(graphs, gpu), io)
-        _settle(graphs, g, graphs.define_forward(g, io, lw, q, k, v, bias_meta, o_meta[1], inputs), gpu)
+        _settle(graphs, g, graphs.define_forward(g, io, lw, q, k, v, bias_meta, o_meta[1], inputs), gpu, plans)
         if needs_grad:
             direction = "backward"
             g = graphs.new_graph(_handle(graphs, gpu), io)
             _settle(graphs, g, graphs.define_backward(g, io, lw, q, k, v, o_meta, o_meta, bias_meta, need_dbias,
-                                                      (q[1], k[1], v[1]), inputs), gpu)
+                                                      (q[1], k[1], v[1]), inputs), gpu, plans)
     except Exception as e:  # noqa: BLE001 - any validator complaint is a reason to keep the node
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         msg = re.sub(r"\s*_{3,}.*", "", msg)[:240]  # FE pads some messages with a row of underscores
@@ -294,12 +303,13 @@ def _handle(graphs, gpu: Optional[str]):
     return None if gpu is None else graphs.handle(torch.device(gpu))
 
 
-def _settle(graphs, g, uids: list, gpu: Optional[str]) -> None:
-    """Validate ``g``; with a GPU at hand, build its plans as the run time would (raises when none)."""
-    if gpu is None:
+def _settle(graphs, g, uids: list, gpu: Optional[str], plans: bool = True) -> None:
+    """Validate ``g``; with a GPU at hand and ``plans``, build its plans as the run time would (raises when none)."""
+    if gpu is None or not plans:
         g.validate()
     else:
-        graphs.finish(g, uids)
+        with compile_stats.timed("check plan builds"):
+            graphs.finish(g, uids)
 
 
 def _broadcast_only_op(lw) -> Optional[str]:

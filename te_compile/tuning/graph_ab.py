@@ -12,6 +12,7 @@ restored after timing.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -164,16 +165,15 @@ def needs_grad_of(example_inputs: list[Any]) -> bool:
 
 
 def keyer(gm: torch.fx.GraphModule, original: torch.fx.Graph, example_inputs: list[Any], cuda_graphs: bool,
-          plat: dict) -> Optional[Callable[[str], str]]:
-    """class -> the cache key of this graph's verdict for it; None when the graph is not measured (the reason is
-    logged)."""
+          plat: dict) -> Optional[Callable[[str], Optional[str]]]:
+    """class -> the cache key of this graph's verdict for it (None: symbolic shapes); None when the graph is not
+    measured. The signature is made at the first key asked for (while the sites are decided, before the rewrite)."""
     why = skip_reason(original, example_inputs, cuda_graphs)
-    sig = None if why else signature(copy_module(gm, original), example_inputs)
-    if sig is None:
-        log.info("te_compile: this graph is not measured (%s); the rules decide", why or "symbolic shapes")
+    if why:
+        log.info("te_compile: this graph is not measured (%s); the rules decide", why)
         return None
-    grad = needs_grad_of(example_inputs)
-    return lambda cls: key(sig, cls, grad, plat)
+    sig = functools.cache(lambda: signature(copy_module(gm, original), example_inputs))
+    return lambda cls: None if sig() is None else key(sig(), cls, needs_grad_of(example_inputs), plat)
 
 
 def measure_classes(variant: Callable[[dict], torch.fx.GraphModule], example_inputs: list[Any],
@@ -185,7 +185,7 @@ def measure_classes(variant: Callable[[dict], torch.fx.GraphModule], example_inp
     made = 0
     for cls in classes:
         k = key_of(cls)
-        if cache.get(k):
+        if k is None or cache.get(k):
             continue
         try:
             m = measure_graph(variant({cls: True}), variant({cls: False}), example_inputs, needs_grad, timer,
