@@ -290,6 +290,7 @@ def _doc_causal(b, h, q, kv):
 def serve_sparse_document_masks(monkeypatch):
     from te_compile.passes import flex
     monkeypatch.setattr(flex, "MIN_GATHER_MASK_DENSITY", 0.0)
+    monkeypatch.setenv("TE_COMPILE_INTERVALS", "0")  # without a score_mod the interval kernels would take them
 
 
 @pytest.mark.parametrize("mask_mod,score", [(_doc_mask, "none"), (_doc_causal, "softcap"), (_doc_causal, "rel_table")])
