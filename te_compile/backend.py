@@ -137,6 +137,8 @@ def _checker(target: str, serve: str = "fastest", cuda_graphs: bool = False) -> 
         from .install import frontend_missing
         msg = frontend_missing(e)
         return lambda *a, **k: msg
+    if cuda_graphs:
+        check = _no_intervals(check)
     if serve == "always":
         return check
 
@@ -148,6 +150,16 @@ def _checker(target: str, serve: str = "fastest", cuda_graphs: bool = False) -> 
             return check(*args) or _speed_reason(args, cuda_graphs)
         return check(*args, plans=False) or _speed_reason(args, cuda_graphs) or check(*args)
     return check_and_cost
+
+
+def _no_intervals(check: Callable[..., Optional[str]]) -> Callable[..., Optional[str]]:
+    """``check`` refusing cuDNN's interval kernels: the graph runs under CUDA graphs, and those kernels are not
+    capture-safe (a replay failed; their plans allocate and synchronise), so such a site takes the graph path."""
+    def checked(*args: Any, **kw: Any) -> Optional[str]:
+        if args[4].intervals:
+            return "under CUDA graphs: cuDNN's interval kernels are not capture-safe (docs/cudnn-notes.md)"
+        return check(*args, **kw)
+    return checked
 
 
 def _speed_reason(args: tuple, cuda_graphs: bool) -> Optional[str]:

@@ -234,8 +234,8 @@ class _Eval:
                 return [(s, en)]
             return self.norm([(self.full(0), s), (en, self.full(S))])
         coef, t = _compare(e)
-        if coef == 0:
-            keep = ir.evaluate(e, self.env)
+        if coef == 0:  # no kv_idx left (``kv_idx - kv_idx <= q_idx - 3``): 0 (op) t keeps the row or not
+            keep = ir.evaluate(Expr(e.op, (Expr.const(0), t)), self.env)
             keep = torch.as_tensor(keep, device=self.device).bool()
             while keep.dim() < 2:
                 keep = keep.unsqueeze(0)

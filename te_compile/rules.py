@@ -49,7 +49,7 @@ _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8
                "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
 _FLEX = _TUNED + _NATIVE + _DEFAULT
 _MASKS = tuple(f"masks-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))  # bench/masks.py
-_MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS, ("flex document4", "flex document16"))
+_MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS + ("masks-docs-h200-919-2026-11-28-2x16x4096x128-plan-kept.json",), ("flex document4", "flex document16"))
 
 RULES: dict[str, Rule] = {
     "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: te_compile's steps were "
@@ -93,7 +93,7 @@ RULES: dict[str, Rule] = {
                               ((_FLEX, ("flex prefix-LM",)),), short="the prefix-LM split"),
     "flex intervals": Rule(16384, None, "cuDNN's interval kernels (prefix-LM, sink + local): kernels 1.4-1.6x; steps 1.10-1.54x at 32768 tokens, 0.54-0.64x at 4096", (_MASKS_STATIC,),
         short="a mask of key intervals"),
-    "flex intervals, document ids": Rule(None, None, "document ids on cuDNN's interval kernels, a plan per call (one host sync): steps 0.14-0.72x at 4096-32768 tokens", (_MASKS_DOCS,),
+    "flex intervals, document ids": Rule(None, None, "document ids on cuDNN's interval kernels: steps 0.14-0.72x with a plan per call, 0.32-0.45x with it kept (host-bound)", (_MASKS_DOCS,),
         short="document ids (a plan per call)"),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
                               "0.98-1.01x", ((_FLEX, ("flex document",)),),

@@ -20,7 +20,20 @@ pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU with cuDNN")]
 
 CASES = cases(cuda=True)
-KEPT = CUDA_KEPT  # the category of each kept class
+#: kept on the graph path, served where cuDNN's interval kernels run (a padding length is a key interval)
+ON_INTERVAL_KERNELS = {"lengths_per_batch"}
+
+
+def _interval_kernels() -> bool:
+    if not torch.cuda.is_available():
+        return False
+    from te_compile.cudnn import flexkernel
+
+    t = torch.empty(2, 2, 128, 64, dtype=torch.bfloat16, device="cuda")
+    return flexkernel.unavailable(t, t, t) is None
+
+
+KEPT = {k: v for k, v in CUDA_KEPT.items() if not (k in ON_INTERVAL_KERNELS and _interval_kernels())}
 SERVED = set(CASES) - set(KEPT)
 
 

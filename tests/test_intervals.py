@@ -47,6 +47,7 @@ NAMED = {
     "not causal": ("(not (ge q_idx kv_idx))", 3),
     "kv != q": ("(ne q_idx kv_idx)", 3),
     "all": ("true", 1),
+    "kv_idx cancels": ("(le (sub kv_idx kv_idx) (sub q_idx 3))", 1),
 }
 
 

@@ -115,7 +115,7 @@ class _Gen:
 
     def cap(self, shape: tuple, make: str = "randn", dtype: str = "float32", learned: bool = False) -> str:
         name = f"T{len(self.captured)}"
-        self.captured.append({"name": name, "shape": shape, "make": make, "dtype": dtype, "learned": learned})
+        self.captured.append({"name": name, "shape": list(shape), "make": make, "dtype": dtype, "learned": learned})
         return name
 
     # -- integers (index arithmetic)

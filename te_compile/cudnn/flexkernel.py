@@ -56,9 +56,20 @@ def _frontend() -> tuple[Optional[object], str]:
     except Exception as e:  # noqa: BLE001 - the CuTe DSL (nvidia-cutlass-dsl) or a newer layout missing
         return None, f"cudnn.flex_attention not importable in frontend {ver} ({type(e).__name__}: {str(e)[:80]})"
     fwd, bwd = getattr(execution, "_flex_attention_forward", None), getattr(execution, "_flex_attention_backward", None)
-    if fwd is None or bwd is None:
+    try:  # which head dims / head counts the SM90 forward and backward kernels implement
+        from cudnn.flex_attention.kernels.sm90.bwd.backward_config import sm90_native_bwd_can_implement
+    except Exception:  # noqa: BLE001
+        sm90_native_bwd_can_implement = None
+    if fwd is None or bwd is None or sm90_native_bwd_can_implement is None:
         return None, f"frontend {ver}: cudnn.flex_attention's wrappers changed (checked on {', '.join(FRONTEND_CHECKED)})"
-    return (create_mask_plan, fwd, bwd), ""
+    return (create_mask_plan, fwd, bwd, sm90_native_bwd_can_implement), ""
+
+
+def sm90_implements(dqk: int, dv: int, hq: int, hkv: int) -> Optional[bool]:
+    """Whether the SM90 kernels implement these head dims and counts, forward and backward (the frontend's own
+    predicate); None where the frontend is not importable."""
+    mods, _ = _frontend()
+    return None if mods is None else bool(mods[3](dqk, dv, hq, hkv))
 
 
 def unavailable(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
@@ -76,12 +87,18 @@ def unavailable(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
         return f"{q.shape[1]} query heads over {k.shape[1]} key heads"
     if q.device.type != "cuda":
         return "not a CUDA tensor"
+    mods, why = _frontend()
+    if why:
+        return why
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability(q.device)
         if major * 10 + minor not in ARCHES:
             return f"sm{major}{minor}: cuDNN's interval kernels exist for sm90, sm100 and sm103"
-    mods, why = _frontend()
-    return why or None
+        dims = (q.shape[-1], v.shape[-1], q.shape[1], k.shape[1])
+        if major == 9 and all(isinstance(x, int) for x in dims) and not sm90_implements(*dims):
+            return (f"head dims {dims[0]}/{dims[1]} with {dims[2]}/{dims[3]} heads: the SM90 interval kernels implement "
+                    "no backward for them")
+    return None
 
 
 # --------------------------------------------------------------------------- plans
@@ -217,14 +234,14 @@ class IntervalForward:
             _warn(s, _CAPTURE)
             out, lse = reference.attention_forward(q, k, v, None, s, list(inputs))
             return _conform(out, q), lse.to(reference.compute_dtype(q.dtype)).contiguous()
-        p = plans.get(s, q, k, v, list(inputs), self.needs_backward)
         fwd = _frontend()[0][1]
         try:
+            p = plans.get(s, q, k, v, list(inputs), self.needs_backward)
             if not p.valid:
                 raise _Decline(_NOT_RUNS)
             out_b, lse, _ = fwd(_bshd(_usable(q)), _bshd(_usable(k)), _bshd(_usable(v)), mask_plan=p.plan,
                                 softmax_scale=s.scale_for(q.shape[-1]), return_lse=True)
-        except (_Decline, ValueError, TypeError, NotImplementedError) as e:
+        except (_Decline, ValueError, TypeError, NotImplementedError, AssertionError) as e:
             _warn(s, str(e) if isinstance(e, _Decline) else f"cuDNN's interval kernels declined the call ({e})")
             out, lse = reference.attention_forward(q, k, v, None, s, list(inputs))
             return _conform(out, q), lse.to(reference.compute_dtype(q.dtype)).contiguous()
@@ -250,19 +267,18 @@ class IntervalBackward:
         from .. import reference
 
         s = self.spec
-        capturing = torch.cuda.is_current_stream_capturing()
-        p = None if capturing else plans.get(s, q, k, v, list(inputs), True)
         bwd = _frontend()[0][2]
         guarded = torch.nan_to_num(lse, nan=float("nan"), posinf=float("inf"), neginf=1e30).contiguous()
         try:
-            if p is None:
+            if torch.cuda.is_current_stream_capturing():
                 raise _Decline(_CAPTURE)
+            p = plans.get(s, q, k, v, list(inputs), True)
             if not p.valid:
                 raise _Decline(_NOT_RUNS)
             grads = bwd(*(_bshd(_usable(t)) for t in (q, k, v, out, dout)), guarded, mask_plan=p.plan,
                         softmax_scale=s.scale_for(q.shape[-1]), dlse_tensor=None if dlse is None else dlse.contiguous())
             dq, dk, dv = (g.transpose(1, 2) for g in grads)
-        except (_Decline, ValueError, TypeError, NotImplementedError) as e:
+        except (_Decline, ValueError, TypeError, NotImplementedError, AssertionError) as e:
             _warn(s, str(e) if isinstance(e, _Decline) else f"cuDNN's interval kernels declined the call ({e})")
             dq, dk, dv, _ = reference.attention_backward(dout, q, k, v, out, lse, None, s, False, list(inputs), dlse)
         return _conform(dq, q), _conform(dk, k), _conform(dv, v), q.new_empty((0,))
