@@ -1,0 +1,127 @@
+"""bench/convergence.py's pieces on the CPU: the byte corpus is deterministic and its train / validation files are
+disjoint, the decoder learns over a few steps and te_compile's reference target trains it as eager does, and
+the JSON the benchmark writes has its fields. (The convergence run itself needs a GPU:
+tests/test_cuda_convergence.py.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.attention.flex_attention  # noqa: F401
+
+HERE = os.path.dirname(__file__)
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_convergence",
+                                                  os.path.join(HERE, "..", "bench", "convergence.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclass looks its module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+conv = _bench()
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return conv.load_corpus(conv.smoke_config(max_train_bytes=300_000, seq=64))
+
+
+def test_corpus_is_deterministic_and_splits_files_disjointly(corpus):
+    cfg = conv.smoke_config(max_train_bytes=300_000, seq=64)
+    again = conv.load_corpus(cfg)
+    for split in ("train", "val"):
+        assert torch.equal(corpus[split]["bytes"], again[split]["bytes"])
+        assert corpus[split]["files"] == again[split]["files"]
+        assert corpus[split]["bytes"].numel() > 4 * cfg.seq
+    train, val = set(corpus["train"]["files"]), set(corpus["val"]["files"])
+    assert train and val and not train & val
+    assert all(conv.is_validation(f, cfg.val_fraction) for f in val)
+    assert not any(conv.is_validation(f, cfg.val_fraction) for f in train)
+    # a smaller limit reads a prefix of the same training files
+    small = conv.load_corpus(conv.smoke_config(max_train_bytes=100_000, seq=64))
+    assert corpus["train"]["files"][: len(small["train"]["files"])] == small["train"]["files"]
+
+
+def test_document_ids_start_after_each_separator(corpus):
+    b, d = corpus["train"]["bytes"], corpus["train"]["docs"]
+    ends = (b == conv.SEP).nonzero().flatten()
+    assert len(ends) == len(corpus["train"]["files"]) and ends[-1] == b.numel() - 1
+    assert torch.equal(d[ends[:-1] + 1], torch.arange(1, len(ends), dtype=torch.int32))
+    assert torch.equal(d[ends], torch.arange(len(ends), dtype=torch.int32))  # the separator ends its document
+    x, y, docs = conv.batch(corpus["train"], torch.tensor([0, int(ends[0]) - 3]), 64)
+    assert torch.equal(x[:, 1:], y[:, :-1]) and (docs[:, 0] == 0).all()
+    assert docs[1, 3] == 0 and docs[1, 4] == 1  # the window crosses the first file's end
+
+
+def test_validation_windows_are_the_same_for_every_seed(corpus):
+    cfg = conv.smoke_config(seq=64)
+    a, b = conv.val_offsets(corpus["val"], cfg), conv.val_offsets(corpus["val"], cfg)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    ta, tb = conv.train_offsets(corpus["train"], cfg, 0), conv.train_offsets(corpus["train"], cfg, 1)
+    assert not torch.equal(next(ta), next(tb))
+
+
+def test_document_mask_is_causal_within_documents():
+    docs = torch.tensor([[0, 0, 1, 1, 1]])
+    m = conv.document_mask(docs)
+    q, kv = torch.arange(5)[:, None], torch.arange(5)[None, :]
+    got = m(torch.tensor(0), torch.tensor(0), q, kv)
+    want = torch.tensor([[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 1, 1, 1]])
+    assert torch.equal(got, want.bool())
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "flex"])
+def test_decoder_learns_and_the_reference_target_trains_as_eager_does(corpus, attention):
+    cfg = conv.smoke_config(attention=attention, seq=64, steps=10, warmup=2, train_every=1, val_every=100,
+                            val_batches=1, max_train_bytes=300_000)
+    check = torch.nn.attention.flex_attention._validate_device
+    eager = conv.train(cfg, "eager", corpus)
+    te = conv.train(cfg, "te_compile", corpus)
+    losses = [v for _, v in eager["train"]]
+    assert len(losses) == 10 and sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.2, losses
+    assert te["sites"] and all(runs_on == "reference" for runs_on, _ in te["sites"]), te["sites"]
+    te_losses = [v for _, v in te["train"]]
+    assert te_losses == pytest.approx(losses, abs=2e-3, rel=0)
+    assert te["final_val"] == pytest.approx(eager["final_val"], abs=2e-3)
+    assert torch.nn.attention.flex_attention._validate_device is check  # the CPU lift is put back
+
+
+def test_summary_compares_with_the_seed_spread():
+    res = {"torch.compile": {"final_val": 1.00}, "torch.compile-B": {"final_val": 1.02},
+           "te_compile": {"final_val": 1.035}, "always": {"final_val": 1.05}}
+    s = conv.summary(res)
+    assert s["seed_gap"] == pytest.approx(0.02) and s["torch.compile_mean"] == pytest.approx(1.01)
+    assert s["te_compile"]["inside_spread"] and not s["always"]["inside_spread"]
+    assert s["te_compile"]["gap_to_mean"] == pytest.approx(0.025)
+    assert "gap 0.0200" in conv.summary_line(s)
+    assert "seed_gap" not in conv.summary({"torch.compile": {"final_val": 1.0}})
+
+
+def test_smoke_run_writes_the_json(tmp_path):
+    out = tmp_path / "conv.json"
+    rc = conv.main(["--smoke", "--columns", "eager", "--steps", "2", "--val-every", "1", "--val-batches", "1",
+                    "--max-train-bytes", "100000", "--json", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    for key in ("date", "command", "card", "torch", "cudnn", "precision", "config", "columns", "summary"):
+        assert key in doc, key
+    col = doc["columns"]["eager"]
+    for key in ("train", "val", "final_val", "step_ms_median", "params", "seed"):
+        assert key in col, key
+    assert doc["config"]["steps"] == 2 and doc["config"]["device"] == "cpu"
+    assert [s for s, _ in col["val"]] == [1, 2] and col["val"][-1][1] == col["final_val"]
+    # --append keeps the columns already there and adds the new one
+    rc = conv.main(["--smoke", "--columns", "torch.compile", "--steps", "2", "--val-every", "1", "--val-batches",
+                    "1", "--max-train-bytes", "100000", "--json", str(out), "--append"])
+    doc2 = json.loads(out.read_text())
+    assert rc == 0 and set(doc2["columns"]) == {"eager", "torch.compile"} and len(doc2["commands"]) == 2
+    assert doc2["columns"]["eager"] == col
+    assert doc2["columns"]["torch.compile"]["final_val"] == pytest.approx(col["final_val"], abs=1e-5)
