@@ -369,7 +369,9 @@ def _train(cfg: Config, column: str, corpus: dict, log) -> dict:
     return {"column": column, "seed": seed, "train": curve, "val": val_curve, "final_val": final,
             "step_ms_median": statistics.median(steady) * 1e3, "first_step_s": times[0] if times else None,
             "params": sum(p.numel() for p in model.parameters()), "sites": sites,
-            "graphs": dict(torch._dynamo.utils.counters["stats"]).get("unique_graphs", 0)}
+            "graphs": dict(torch._dynamo.utils.counters["stats"]).get("unique_graphs", 0),
+            "corpus": {k: {"bytes": corpus[k]["bytes"].numel(), "files": len(corpus[k]["files"])}
+                       for k in ("train", "val")}}
 
 
 class _null:
@@ -388,7 +390,8 @@ def run_column(cfg: Config, column: str, timeout: float | None = None) -> dict:
             json.dump(dataclasses.asdict(cfg), f)
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", column, "--worker-config", cfg_path,
                "--worker-out", out_path]
-        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's te_compile first
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
         try:
             p = subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
         except subprocess.TimeoutExpired:

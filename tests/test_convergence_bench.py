@@ -114,7 +114,7 @@ def test_smoke_run_writes_the_json(tmp_path):
     for key in ("date", "command", "card", "torch", "cudnn", "precision", "config", "columns", "summary"):
         assert key in doc, key
     col = doc["columns"]["eager"]
-    for key in ("train", "val", "final_val", "step_ms_median", "params", "seed"):
+    for key in ("train", "val", "final_val", "step_ms_median", "params", "seed", "graphs", "corpus"):
         assert key in col, key
     assert doc["config"]["steps"] == 2 and doc["config"]["device"] == "cpu"
     assert [s for s, _ in col["val"]] == [1, 2] and col["val"][-1][1] == col["final_val"]
