@@ -36,5 +36,9 @@ def warn(message: str, category: type = RuntimeWarning) -> None:
         if where in _shown:
             return
         _shown.add(where)
-    warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno,
-                           module=frame.f_globals.get("__name__", "<unknown>"), module_globals=frame.f_globals)
+    module = frame.f_globals.get("__name__", "<unknown>")
+    try:  # module_globals lets the warning show the user's source line
+        warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno, module=module,
+                               module_globals=frame.f_globals)
+    except (ImportError, OSError):  # a script run as ``python -m pkg.mod``: its loader refuses the name __main__
+        warnings.warn_explicit(message, category, frame.f_code.co_filename, frame.f_lineno, module=module)

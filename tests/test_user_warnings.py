@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import warnings
 
 import torch
@@ -41,3 +45,27 @@ def test_explain_without_a_graph_points_at_the_explain_call():
 def _line_of(text: str) -> int:
     with open(__file__) as f:
         return next(i for i, line in enumerate(f, 1) if text in line and "_line_of" not in line)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_warning_from_a_module_run_with_dash_m(tmp_path):
+    pkg = tmp_path / "pk"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text(textwrap.dedent("""
+        from te_compile import user_warnings
+
+        def step():
+            user_warnings.warn("te_compile: a reason")
+
+        step()
+        print("after the warning")
+    """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(tmp_path)]))
+    r = subprocess.run([sys.executable, "-m", "pk.train"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "after the warning" in r.stdout
+    assert "train.py:5: RuntimeWarning: te_compile: a reason" in r.stderr

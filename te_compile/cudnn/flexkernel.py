@@ -2,18 +2,18 @@
 
 A flex site whose mask_mod is a per-row union of key intervals (te_compile.intervals) and that has no score_mod or
 bias can run on these kernels (SM90 / SM100 / SM103, CuTe DSL): they skip every tile outside the intervals, which
-the graph SDPA does only for bands. This module is the only one that touches ``cudnn.flex_attention``; it uses
-the frontend's plan builder (public) and its allocating forward / backward wrappers (``execution._flex_attention_*``,
-private: ``FRONTEND_CHECKED`` names the versions they were checked on, and a frontend without them is reported
-unavailable with its version, never called).
+the graph SDPA does only for bands. This module and te_compile.cudnn.flexlaunch are the only ones that touch
+``cudnn.flex_attention``: the plan builder (public) here, the compiled kernels' launches there (private), and the
+frontend's allocating forward / backward wrappers (``execution._flex_attention_*``, private) where a launch cannot
+be recorded. ``FRONTEND_CHECKED`` names the versions they were checked on; a frontend without them is reported
+unavailable with its version, never called.
 
 Layouts: te_compile's q / k / v are flex's [B, H, S, D]; the kernels read [B, S, H, D] (``transpose(1, 2)``, a
 view: no copy, whatever the strides, as long as the head dim is contiguous).
 
-Plans (the intervals' block lists, built on the GPU with one host synchronisation): a mask_mod that reads no
-captured tensor depends only on the shapes, so its plan is built once per (spec, shapes) and kept; one that reads
-captured tensors (document ids) gets a plan per forward call, which its backward finds again by the lse it
-produced (the lse stays alive until the backward, so its address names that call). The same synchronisation
+Plans (the intervals' block lists, built on the GPU with one host synchronisation, ``_Plans``): a mask_mod that
+reads no captured tensor depends only on the shapes, so its plan is built once per (spec, shapes) and kept; one that
+reads captured tensors (document ids) is kept per those tensors (address and version). The same synchronisation
 reads whether the derivation holds (document ids in runs) and whether a row sees no key: a call whose ids are
 not runs runs the reference math (warned once); rows that see no key get output 0 and lse -inf, and their
 gradients 0 (the backward reads a huge lse there), as in flex.
@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from .. import intervals, user_warnings
+from . import flexlaunch
 from ..layout import like_layout_strides
 from ..spec import AttentionSpec
 
@@ -104,10 +105,14 @@ def unavailable(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
 # --------------------------------------------------------------------------- plans
 
 class _Plan:
-    __slots__ = ("plan", "valid", "empty_rows")
+    """A mask plan, whether its derivation held, its rows that see no key, and its recorded launches
+    (te_compile.cudnn.flexlaunch) by operand strides and scale; False where a recording cannot be replayed."""
+
+    __slots__ = ("plan", "valid", "empty_rows", "launches")
 
     def __init__(self, plan, valid: bool, empty_rows: Optional[Tensor]):
         self.plan, self.valid, self.empty_rows = plan, valid, empty_rows
+        self.launches: dict = {}
 
 
 def _bshd(t: Tensor) -> Tensor:
@@ -212,6 +217,59 @@ def _usable(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 and 0 not in t.stride() else t.contiguous()
 
 
+# --------------------------------------------------------------------------- launches
+
+#: what a recording that cannot be made raises (the frontend changed under us): such calls use its wrappers
+_NOT_RECORDED = (flexlaunch.NoReplay, AttributeError, ImportError, KeyError)
+
+
+def _launch(p: _Plan, key: tuple, operands: tuple, record, wrapper) -> tuple:
+    """The call through ``p``'s recorded launches for ``key``; the first call records them (``record()`` returns
+    (replay, this call's outputs)); where a recording cannot be made, every call goes through ``wrapper()``."""
+    rep = p.launches.get(key)
+    if rep:
+        return rep(*operands)
+    if rep is False:
+        return wrapper()
+    try:
+        rep, outs = record()
+    except _NOT_RECORDED as e:
+        log.info("te_compile: cuDNN's interval kernels run through the frontend's wrappers (%s)", e)
+        p.launches[key] = False
+        return wrapper()
+    p.launches[key] = rep
+    return outs
+
+
+def _run_forward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+    """out [B, S, H, Dv] and lse [B, H, S] of the kernels on [B, S, H, D] operands."""
+
+    def record():
+        rep, out, lse = flexlaunch.forward(p.plan, q, k, v, scale)
+        return rep, (out, lse)
+
+    def wrapper():
+        out, lse, _ = _frontend()[0][1](q, k, v, mask_plan=p.plan, softmax_scale=scale, return_lse=True)
+        return out, lse
+
+    key = ("fwd", scale, q.stride(), k.stride(), v.stride())
+    return _launch(p, key, (q, k, v), record, wrapper)
+
+
+def _run_backward(p: _Plan, q, k, v, out, dout, lse, dlse, scale: float) -> tuple[Tensor, Tensor, Tensor]:
+    """dq, dk, dv of the kernels on [B, S, H, D] operands."""
+
+    def record():
+        return flexlaunch.backward(p.plan, q, k, v, out, dout, lse, dlse, scale)
+
+    def wrapper():
+        return tuple(_frontend()[0][2](q, k, v, out, dout, lse, mask_plan=p.plan, softmax_scale=scale,
+                                       dlse_tensor=dlse))
+
+    key = ("bwd", scale, dlse is None, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride())
+    return _launch(p, key, (q, k, v, out, dout, lse, dlse), record, wrapper)
+
+
 # --------------------------------------------------------------------------- runners
 
 class _Decline(Exception):
@@ -234,13 +292,12 @@ class IntervalForward:
             _warn(s, _CAPTURE)
             out, lse = reference.attention_forward(q, k, v, None, s, list(inputs))
             return _conform(out, q), lse.to(reference.compute_dtype(q.dtype)).contiguous()
-        fwd = _frontend()[0][1]
         try:
             p = plans.get(s, q, k, v, list(inputs), self.needs_backward)
             if not p.valid:
                 raise _Decline(_NOT_RUNS)
-            out_b, lse, _ = fwd(_bshd(_usable(q)), _bshd(_usable(k)), _bshd(_usable(v)), mask_plan=p.plan,
-                                softmax_scale=s.scale_for(q.shape[-1]), return_lse=True)
+            out_b, lse = _run_forward(p, _bshd(_usable(q)), _bshd(_usable(k)), _bshd(_usable(v)),
+                                      s.scale_for(q.shape[-1]))
         except (_Decline, ValueError, TypeError, NotImplementedError, AssertionError) as e:
             _warn(s, str(e) if isinstance(e, _Decline) else f"cuDNN's interval kernels declined the call ({e})")
             out, lse = reference.attention_forward(q, k, v, None, s, list(inputs))
@@ -267,16 +324,18 @@ class IntervalBackward:
         from .. import reference
 
         s = self.spec
-        bwd = _frontend()[0][2]
-        guarded = torch.nan_to_num(lse, nan=float("nan"), posinf=float("inf"), neginf=1e30).contiguous()
         try:
             if torch.cuda.is_current_stream_capturing():
                 raise _Decline(_CAPTURE)
             p = plans.get(s, q, k, v, list(inputs), True)
             if not p.valid:
                 raise _Decline(_NOT_RUNS)
-            grads = bwd(*(_bshd(_usable(t)) for t in (q, k, v, out, dout)), guarded, mask_plan=p.plan,
-                        softmax_scale=s.scale_for(q.shape[-1]), dlse_tensor=None if dlse is None else dlse.contiguous())
+            # rows that see no key have lse -inf: the kernels read a huge finite one there (gradients 0); only a
+            # plan with such rows needs the guard's extra pass
+            guarded = lse.contiguous() if p.empty_rows is None else torch.nan_to_num(
+                lse, nan=float("nan"), posinf=float("inf"), neginf=1e30).contiguous()
+            grads = _run_backward(p, *(_bshd(_usable(t)) for t in (q, k, v, out, dout)), guarded,
+                                  None if dlse is None else dlse.contiguous(), s.scale_for(q.shape[-1]))
             dq, dk, dv = (g.transpose(1, 2) for g in grads)
         except (_Decline, ValueError, TypeError, NotImplementedError, AssertionError) as e:
             _warn(s, str(e) if isinstance(e, _Decline) else f"cuDNN's interval kernels declined the call ({e})")
