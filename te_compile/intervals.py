@@ -136,10 +136,28 @@ def _compare(e: Expr) -> Optional[tuple[int, Optional[Expr]]]:
     return coef, t
 
 
-def _runs_atom(e: Expr) -> Optional[tuple[Expr, int]]:
-    """``(index (buf i) ... q_idx ...) ==/!= (index (buf i) ... kv_idx ...)``: (the buffer's index expression with
-    kv_idx, the position of the sequence index), or None. Both sides read the same buffer at the same indices but
-    for one, where the left has q_idx and the right kv_idx (either order)."""
+def _offset(e: Expr, var: str) -> Optional[tuple[Expr]]:
+    """``var``, ``var + c``, ``c + var`` or ``var - c`` with ``c`` free of q_idx, kv_idx and h: (c or None,), or None."""
+    def free(x: Expr) -> bool:
+        return not ({"q_idx", "kv_idx", "h"} & set(x.leaves()))
+    if e.op == var:
+        return (None,)
+    if e.op == "add" and len(e.args) == 2:
+        x, y = e.args
+        if x.op == var and free(y):
+            return (y,)
+        if y.op == var and free(x):
+            return (x,)
+    if e.op == "sub" and len(e.args) == 2 and e.args[0].op == var and free(e.args[1]):
+        return (Expr("neg", (e.args[1],)),)
+    return None
+
+
+def _runs_atom(e: Expr) -> Optional[tuple[Expr, int, Optional[Expr], Optional[Expr]]]:
+    """``(index (buf i) ... q_idx + c1 ...) ==/!= (index (buf i) ... kv_idx + c2 ...)``: (the buffer's index expression
+    with kv_idx, the position of the sequence index, c1, c2), or None. Both sides read the same buffer at the same
+    indices but for one, where one side has q_idx and the other kv_idx (either order), each plus an offset free of
+    q_idx and kv_idx (None: no offset; Hugging Face adds the cache position to q_idx)."""
     if e.op not in ("eq", "ne"):
         return None
     a, b = e.args
@@ -149,14 +167,16 @@ def _runs_atom(e: Expr) -> Optional[tuple[Expr, int]]:
     if len(diff) != 1:
         return None
     i = diff[0]
-    pair = {a.args[1 + i].op, b.args[1 + i].op}
-    if pair != {"q_idx", "kv_idx"}:
+    x, y = a.args[1 + i], b.args[1 + i]
+    if _offset(x, "kv_idx") is not None and _offset(y, "q_idx") is not None:
+        x, y, a, b = y, x, b, a
+    qo, ko = _offset(x, "q_idx"), _offset(y, "kv_idx")
+    if qo is None or ko is None:
         return None
-    if any("q_idx" in x.leaves() or "kv_idx" in x.leaves() or "h" in x.leaves()
-           for j, x in enumerate(a.args[1:]) if j != i):
+    if any("q_idx" in z.leaves() or "kv_idx" in z.leaves() or "h" in z.leaves()
+           for j, z in enumerate(a.args[1:]) if j != i):
         return None
-    kv_side = a if a.args[1 + i].op == "kv_idx" else b
-    return kv_side, i
+    return b, i, qo[0], ko[0]
 
 
 # --------------------------------------------------------------------------- run time: the endpoints
@@ -259,10 +279,10 @@ class _Eval:
             iv = [(zero, t), (t + 1, end)]
         return self.norm(iv)
 
-    def run(self, kv_side: Expr, axis: int) -> tuple[Tensor, Tensor]:
-        """[start, end) of the run of equal ids holding position q (the ids read with kv_idx = 0..S-1)."""
-        if self.L != self.S:
-            raise NoIntervals("document ids with different query and key lengths")
+    def run(self, kv_side: Expr, axis: int, q_off: Optional[Expr], kv_off: Optional[Expr]) -> tuple[Tensor, Tensor]:
+        """[start, end) of the keys whose id equals row q's: the run of equal ids (read with kv_idx = 0..S-1, so key
+        j reads position j + c2) holding the key j = q + c1 - c2 that reads row q's position. Rows whose position no
+        key reads, and ids that are not runs, mark the derivation invalid (the call runs the reference math)."""
         env = dict(self.env, kv_idx=torch.arange(self.S, device=self.device).view(1, self.S))
         ids = torch.as_tensor(ir.evaluate(kv_side, env), device=self.device)
         while ids.dim() < 2:
@@ -278,7 +298,17 @@ class _Eval:
         srt = ids.sort(dim=1).values
         distinct = 1 + (srt[:, 1:] != srt[:, :-1]).sum(dim=1)
         self.valid = self.valid & (new.sum(dim=1) == distinct)
-        return start, end
+        anchor = torch.arange(self.L, device=self.device).view(1, self.L)
+        if q_off is not None:
+            anchor = anchor + self.rows(q_off)
+        if kv_off is not None:
+            anchor = anchor - self.rows(kv_off)
+        if q_off is None and kv_off is None and self.L == self.S:
+            return start, end
+        self.valid = self.valid & ((anchor >= 0) & (anchor < self.S)).all(dim=1)
+        rows = max(start.shape[0], anchor.shape[0])
+        j = anchor.clamp(0, self.S - 1).expand(rows, self.L)
+        return start.expand(rows, self.S).gather(1, j), end.expand(rows, self.S).gather(1, j)
 
     def norm(self, pieces: list[tuple[Tensor, Tensor]]) -> list[tuple[Tensor, Tensor]]:
         """Clamp to [0, S], sort by start (an empty interval moves to the end, one at key 0 stays first), and sweep

@@ -118,6 +118,16 @@ def test_static_interval_masks(name):
     _check(*_case(mm))
 
 
+def test_hugging_face_packed_sequences():
+    """transformers' flex mask for position ids that restart per document: causal and the same packed sequence, the
+    cache position's first entry (a 0-dim tensor) added to q_idx."""
+    pos = torch.cat([torch.arange(n) for n in (100, 1, 200, 83)]).cuda().expand(2, 384).clone()
+    pos[1] = torch.cat([torch.arange(n) for n in (50, 334)]).cuda()
+    seq = (torch.diff(pos, prepend=pos[:, :1] - 1, dim=-1) != 1).cumsum(-1)
+    off = torch.arange(384, device="cuda")[0]
+    _check(*_case(lambda b, h, q, kv: (kv <= q + off) & (seq[b, q + off] == seq[b, kv])))
+
+
 @pytest.mark.parametrize("D", [64, 128])
 def test_gqa_and_head_dims(D):
     ids = _packing(1, 512, [5])

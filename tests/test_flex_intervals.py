@@ -29,12 +29,31 @@ def _ids() -> torch.Tensor:
 DOC = _ids()
 LENS = torch.tensor([50, 0])  # row 1 sees no key at all; rows q >= 50 of batch 0 neither
 
+
+def _hf_packed():
+    """Hugging Face's packed-sequence mask_mod, as transformers.masking_utils builds it for flex from position ids
+    that restart per document: and_masks(causal, same packed sequence), the cache position's first entry (a 0-dim
+    tensor) added to q_idx."""
+    pos = torch.cat([torch.arange(n) for n in (30, 1, 40, 25)]).expand(B, L).clone()
+    pos[1] = torch.cat([torch.arange(10), torch.arange(86)])
+    seq = (torch.diff(pos, prepend=pos[:, :1] - 1, dim=-1) != 1).cumsum(-1)
+    q_offset = torch.arange(L)[0]
+
+    def causal(b, h, q, kv):
+        return kv <= q
+
+    def packed(b, h, q, kv):
+        return seq[b, q] == seq[b, kv]
+    inner = fa.and_masks(causal, packed)
+    return lambda b, h, q, kv: inner(b, h, q + q_offset, kv + 0)
+
 MASKS = {
     "documents + causal": lambda b, h, q, kv: (DOC[b, q] == DOC[b, kv]) & (q >= kv),
     "documents": lambda b, h, q, kv: DOC[b, q] == DOC[b, kv],
     "prefix-LM": lambda b, h, q, kv: (kv < 8) | (q >= kv),
     "sink + local": lambda b, h, q, kv: (q >= kv) & ((kv < 4) | (q - kv <= 20)),
     "padding": lambda b, h, q, kv: (kv < LENS[b]) & (q < LENS[b]),
+    "Hugging Face packed sequences": _hf_packed(),
 }
 
 

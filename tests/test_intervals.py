@@ -101,6 +101,36 @@ def test_ids_that_are_not_runs_are_flagged_not_trusted():
     assert not torch.equal(got[0], want[0])  # what the flag protects against
 
 
+#: Hugging Face's packed-sequence mask (transformers.masking_utils: and_masks(causal, packed_sequence_mask_function)
+#: through add_offsets_to_mask_function, the cache position's first entry a 0-dim tensor added to q_idx)
+_HF_PACKED = P("(and (le kv_idx (add q_idx (buf 1))) "
+               "(eq (index (buf 0) b (add q_idx (buf 1))) (index (buf 0) b kv_idx)))")
+
+
+@pytest.mark.parametrize("L,S,offset", [(40, 40, 0), (8, 40, 32), (1, 40, 39)])  # training; a chunk; one token
+def test_hugging_face_packed_sequences_with_the_cache_offset(L, S, offset):
+    g = torch.Generator().manual_seed(L)
+    ids = torch.stack([_packing(S, n, g) for n in (3, 9)])
+    ep = _check(_HF_PACKED, 2, L, S, [ids, torch.tensor(offset)])
+    assert bool(ep.valid.all())
+
+
+def test_document_ids_over_fewer_queries_than_keys_and_swapped_sides():
+    ids = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2, 3]])
+    ep = _check(P("(eq (index (buf 0) b kv_idx) (index (buf 0) b q_idx))"), 1, 6, 10, [ids])
+    assert bool(ep.valid.all())
+    ep = _check(P("(eq (index (buf 0) b (add q_idx 2)) (index (buf 0) b (add kv_idx 1)))"), 1, 6, 8,
+                [torch.tensor([[5, 0, 0, 0, 1, 1, 2, 2, 2, 3]])])
+    assert bool(ep.valid.all())
+
+
+def test_a_row_whose_position_no_key_reads_is_flagged():
+    ids = torch.tensor([[0, 0, 1, 1, 1, 2, 2, 2, 3, 3]])  # rows q >= 6 read ids no key (0..5) reads
+    ep = intervals.endpoints(P("(eq (index (buf 0) b q_idx) (index (buf 0) b kv_idx))"), 1, 10, 6, [ids],
+                             torch.device("cpu"))
+    assert ep.valid.tolist() == [False]
+
+
 def test_padding_by_length_tensor():
     lens = torch.tensor([5, 9, 1])
     mask = P("(and (lt kv_idx (index (buf 0) b)) (ge q_idx kv_idx))")

@@ -320,12 +320,13 @@ def make_case(seed: int, device: str, peer: Optional[Any] = None) -> Case:
 def _interval_case(c: Case, r: random.Random) -> Case:
     """A mask_mod of key intervals and no score_mod (cuDNN's interval kernels on a GPU): packed documents (runs of
     ids per row, a different packing per row, length-1 documents, one document; sometimes ids that are not runs),
-    prefix-LM, sink + local, padding by length (rows that see no key), global tokens, and compositions of them."""
+    prefix-LM, sink + local, padding by length (rows that see no key), global tokens, Hugging Face's packed sequences
+    (the cache position, a 0-dim tensor, added to q_idx), and compositions of them."""
     c.S = c.L
     g = _Gen(r, c)
 
     def atom() -> str:
-        k = r.randrange(7)
+        k = r.randrange(8)
         if k == 0:
             t = g.cap(("B", "L"), "scatter" if r.random() < 0.1 else "packing", "int64")
             return f"({t}[b, q_idx] == {t}[b, kv_idx])"
@@ -342,6 +343,9 @@ def _interval_case(c: Case, r: random.Random) -> Case:
         if k == 5:
             n = r.randint(1, 3)
             return f"((kv_idx < {n}) | (q_idx < {n}) | (q_idx - kv_idx <= {r.randint(0, 9)}))"
+        if k == 6:
+            t, off = g.cap(("B", "L"), "packing", "int64"), g.cap((), "randint:0:1", "int64")
+            return f"((kv_idx <= q_idx + {off}) & ({t}[b, q_idx + {off}] == {t}[b, kv_idx]))"
         return "(q_idx >= kv_idx)"
 
     body = atom()
