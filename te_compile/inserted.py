@@ -58,7 +58,8 @@ def materialize_bias(q: Tensor, k: Tensor, term: str, *bufs: Tensor, float32: bo
     are small and exact to bf16's relative precision; the shift is not differentiated (d lse / d bias is
     the same softmax either way).
 
-    ``float32`` (the flex rewrite sets it when the table is learned): the bias stays in float32 (or q's wider dtype). Rounded to
+    ``float32`` (the flex rewrite sets it when the table is learned, or when a mask hides keys: the row's top may then
+    be a hidden key, te_compile.passes.flex.wide_bias): the bias stays in float32 (or q's wider dtype). Rounded to
     bf16, a learned table's gradient drifted past tolerance (GPU fuzzer; dBias and dQ 3-8x further from
     float64 than with a float32 bias, docs/cudnn-notes.md); cuDNN reads a float32 bias next to bf16 q / k / v."""
     # half-precision tables are read in float32: the gather's backward then sums each table entry's

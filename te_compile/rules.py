@@ -91,7 +91,7 @@ RULES: dict[str, Rule] = {
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
                               "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)",
                               ((_FLEX, ("flex prefix-LM",)),), short="the prefix-LM split"),
-    "flex intervals": Rule(4096, None, "cuDNN's interval kernels (prefix-LM, sink + local): steps 1.13-1.58x at 4096 tokens, 1.43-1.54x at 32768", (_MASKS_STATIC,),
+    "flex intervals": Rule(4096, None, "cuDNN's interval kernels (prefix-LM, sink + local): steps 1.13-1.58x at 4096 tokens, 1.43-1.54x at 32768; forward-only 1.90x / 0.88x at 4096", (_MASKS_STATIC,),
         short="a mask of key intervals"),
     "flex intervals, document ids": Rule(32768, None, "document ids on cuDNN's interval kernels: steps 1.63-1.65x at 32768 tokens; 0.60-0.64x at 4096 (host-bound: kernels 0.35 ms of a 1.1 ms step)", (_MASKS_DOCS,),
         short="document ids on the interval kernels"),

@@ -59,6 +59,8 @@ class FlexInserts:
     mask_term: Optional[str] = None
     #: (QB, KB, kv_num, kv_idx, full_num, full_idx): the BlockMask ``materialize_mask`` honours
     mask_block: Optional[tuple] = None
+    #: ``materialize_bias`` keeps the bias in float32 (te_compile.passes.flex.wide_bias says when)
+    bias_float32: bool = False
     #: the captured tensors go to the op as they are (an interval spec's mask_mod reads them as ``(buf j)``)
     pass_buffers: bool = False
 

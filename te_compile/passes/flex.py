@@ -197,7 +197,7 @@ def check_bias_term(mods: _Mods, t: _Terms, d: Decision, q, k) -> bool:
                        "tensors only in an additive score_mod term", NEEDS_GRAD)
     need_dbias = t.bias_term is not None and bool(mods.learned & ir.buffers_used(t.bias_term))
     if t.bias_term is not None:
-        why = _bias_too_big(q, k, t.bias_term, itemsize=4 if need_dbias else None)  # learned: float32
+        why = _bias_too_big(q, k, t.bias_term, itemsize=4 if wide_bias(t, need_dbias) else None)
         if why:
             raise Keep(why, TOO_LARGE)
     if t.bias_term is not None or t.mask_gather is not None:
@@ -278,14 +278,22 @@ def build_spec(impl: str, scale: float, t: _Terms, blocks: _Blocks, heads: objec
                          alibi_heads=alibi.heads_for(t.score, t.mask, t.inputs, heads) if plain else 0)
 
 
+def wide_bias(t: _Terms, need_dbias: bool) -> bool:
+    """Whether the gathered bias term is materialized in float32 (``materialize_bias``): a learned table (its
+    gradient), or a site whose mask hides keys. ``materialize_bias`` shifts each row by its largest entry over all
+    keys; where that entry is a hidden key, the visible entries sit far below it, and bf16 rounds them in steps
+    that move the softmax (``score + T[kv_idx]`` under causal: out 7x eager bf16's error)."""
+    return t.bias_term is not None and (need_dbias or t.mask_gather is not None or not t.mask.is_const(True))
+
+
 def _bias_like(t: _Terms, q, k, need_dbias: bool) -> Optional[torch.Tensor]:
-    """A meta tensor shaped like the bias the op will get (for the cuDNN support check): float32 for a
-    learned table (``materialize_bias``)."""
+    """A meta tensor shaped like the bias the op will get (for the cuDNN support check): float32 where
+    ``wide_bias``."""
     if t.bias_term is None and t.mask_gather is None:
         return None
     per_batch = t.mask_gather is not None and "b" in t.mask_gather.leaves()
     return torch.empty((q.shape[0] if per_batch else 1, q.shape[1], q.shape[2], k.shape[2]),
-                       dtype=torch.float32 if need_dbias else q.dtype, device="meta")
+                       dtype=torch.float32 if wide_bias(t, need_dbias) else q.dtype, device="meta")
 
 
 def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Decision) -> Decision:
@@ -310,7 +318,8 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
     cudnn_supports(checker, q, k, v, _bias_like(t, q, k, need_dbias), spec, d.grads.any, need_dbias)
     d.inserts = FlexInserts(terms=[str(x) for x in t.inputs], buffers=mods.buffers, block_nodes=blocks.nodes,
                       bias_term=None if t.bias_term is None else str(t.bias_term),
-                      mask_term=None if t.mask_gather is None else str(t.mask_gather), mask_block=blocks.mask_block)
+                      mask_term=None if t.mask_gather is None else str(t.mask_gather), mask_block=blocks.mask_block,
+                      bias_float32=wide_bias(t, need_dbias))
     return d.serve(spec)
 
 
@@ -422,7 +431,7 @@ def apply(gm: GraphModule, d: Decision) -> None:
         bias = shift = None
         if ins.bias_term:  # the bias, each row shifted by its top (materialize_bias says why), and the shifts
             both = graph.call_function(materialize_bias, (site.q, site.k, ins.bias_term, *ins.buffers),
-                                       {"float32": True} if d.grads.bias else {})
+                                       {"float32": True} if ins.bias_float32 else {})
             bias = graph.call_function(operator.getitem, (both, 0))
             shift = graph.call_function(operator.getitem, (both, 1))
             made += [both, bias, shift]
