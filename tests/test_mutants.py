@@ -37,3 +37,8 @@ def test_a_run_scores_kills_and_survivors_and_leaves_the_checkout_alone():
     assert lines[-1].startswith("mutants: 1 of 3 killed (33%), 1 survived, 1 stale"), lines[-1]
     with open(path) as f:
         assert f.read() == before
+
+
+def test_every_mutant_snippet_is_in_its_file_once():
+    """A change that moves a guard's text makes its mutant stale (make mutants then fails): caught here, in make test."""
+    assert mutants._check_snippets(ROOT, mutants.MUTANTS) == []

@@ -140,7 +140,7 @@ MUTANTS = [
            "    bias = bool(enabled and mask is not None and mask.dtype != torch.bool and _rg(site.attn_mask))",
            "    bias = False", _k("tests/test_dbias.py", "pass_reads_dbias"),
            "the pass plans no dBias for a learned bias (cuDNN checked without the dBias plan)"),
-    Mutant("flex_learned_table_fp32", "te_compile/passes/flex.py", '{"float32": True} if d.grads.bias else {})', "{})",
+    Mutant("flex_learned_table_fp32", "te_compile/passes/flex.py", '{"float32": True} if ins.bias_float32 else {})', "{})",
            _k("tests/test_flex.py", "learned_tables_bias_stays_float32"),
            "a learned table's bias rounded to bf16 (its gradient drifts)"),
     # ---- exactness guards (te_compile/passes/flex.py, ir.py, passes/sdpa.py)
