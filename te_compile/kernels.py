@@ -333,5 +333,10 @@ def _offer_native(entry: _Entry, direction: str, args: tuple) -> None:
     info = entry.runner.native_info()
     if info is None:  # a split, a dlse, a reference fallback, or a plan the frontend cannot serialize
         native.decline(direction, f"{type(entry.runner).__name__} has no cuDNN plan the native path can load")
+    elif isinstance(info, str):
+        native.decline(direction, info)
     else:
         native.register(direction, args, dict(info, block=bool(entry.spec.block_q), n_inputs=entry.spec.n_inputs))
+        # a runner whose launches hold for one set of (in i) inputs (a document mask's ids) registers again when
+        # Python serves a call with others (C++ hands such calls to Python)
+        entry.native_pending = bool(info.get("again"))

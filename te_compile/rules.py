@@ -48,7 +48,7 @@ _DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in (
 _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8192-h200-927-2026-11-27-mistral.json",
                "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
 _FLEX = _TUNED + _NATIVE + _DEFAULT
-_MASKS = tuple(f"masks-replay-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))  # bench/masks.py
+_MASKS = ("masks-native-h200-919-2026-11-28-2x16x4096x128.json", "masks-replay-h200-919-2026-11-28-1x8x32768x128.json")
 _MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS, ("flex document4", "flex document16"))
 
 RULES: dict[str, Rule] = {
@@ -91,9 +91,9 @@ RULES: dict[str, Rule] = {
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
                               "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)",
                               ((_FLEX, ("flex prefix-LM",)),), short="the prefix-LM split"),
-    "flex intervals": Rule(4096, None, "cuDNN's interval kernels (prefix-LM, sink + local): steps 1.13-1.58x at 4096 tokens, 1.43-1.54x at 32768; forward-only 1.90x / 0.88x at 4096", (_MASKS_STATIC,),
+    "flex intervals": Rule(4096, None, "cuDNN's interval kernels (prefix-LM, sink + local): steps 1.07-1.60x at 4096 tokens, 1.43-1.54x at 32768; forward-only 1.77-1.90x at 4096", (_MASKS_STATIC,),
         short="a mask of key intervals"),
-    "flex intervals, document ids": Rule(32768, None, "document ids on cuDNN's interval kernels: steps 1.63-1.65x at 32768 tokens; 0.60-0.64x at 4096 (host-bound: kernels 0.35 ms of a 1.1 ms step)", (_MASKS_DOCS,),
+    "flex intervals, document ids": Rule(4096, None, "document ids on cuDNN's interval kernels: steps 1.05-1.57x at 4096 tokens (kernels 1.51-1.69x), 1.63-1.65x at 32768", (_MASKS_DOCS,),
         short="document ids on the interval kernels"),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
                               "0.98-1.01x", ((_FLEX, ("flex document",)),),

@@ -52,7 +52,7 @@ def _case(mm, B=2, H=4, Hkv=4, L=384, D=64, name=""):
     return f, q, k, v
 
 
-def _check(f, q, k, v, expect_plans=True):
+def _check(f, q, k, v, expect_plans=True, native_hits=True):
     from te_compile.cudnn import flexkernel
 
     builds = flexkernel.plans.builds
@@ -60,7 +60,12 @@ def _check(f, q, k, v, expect_plans=True):
     spec = AttentionSpec.from_key(rep.to_dict()["sites"][0]["spec"])
     assert spec.intervals, str(rep)
     cf = torch.compile(f, backend=te_compile.backend(serve="always"))
-    for it in range(2):  # the first call records the kernels' launches, the second replays them on new inputs
+    from te_compile.cudnn import native
+
+    hits = native.stats().get("hits", 0) if native.active() else None
+    # the first call records the kernels' launches, the second replays them on new inputs (in C++ where the native
+    # call path is on), the third runs them again
+    for it in range(3):
         if it:
             q, k, v = (torch.randn_like(t) for t in (q, k, v))
         qb, kb, vb = (t.detach().bfloat16().requires_grad_() for t in (q, k, v))
@@ -69,9 +74,13 @@ def _check(f, q, k, v, expect_plans=True):
         eo, el = f(q32, k32, v32)
         do = torch.randn_like(eo)
         dl = torch.where(torch.isfinite(el), torch.randn_like(el), 0)
-        got = torch.autograd.grad((out.float() * do).sum() + (torch.nan_to_num(lse, neginf=0) * dl).sum(),
-                                  (qb, kb, vb))
-        want = torch.autograd.grad((eo * do).sum() + (torch.nan_to_num(el, neginf=0) * dl).sum(), (q32, k32, v32))
+        if it < 2:  # lse in the loss: the backward gets a dlse
+            got = torch.autograd.grad((out.float() * do).sum() + (torch.nan_to_num(lse, neginf=0) * dl).sum(),
+                                      (qb, kb, vb))
+            want = torch.autograd.grad((eo * do).sum() + (torch.nan_to_num(el, neginf=0) * dl).sum(), (q32, k32, v32))
+        else:  # out only: no dlse (the backward the native call path serves)
+            got = torch.autograd.grad((out.float() * do).sum(), (qb, kb, vb))
+            want = torch.autograd.grad((eo * do).sum(), (q32, k32, v32))
         assert _rel(out, eo) < 2e-2, it
         assert _rel(lse, el) < 1e-2, it
         for a, b in zip(got, want):
@@ -80,6 +89,10 @@ def _check(f, q, k, v, expect_plans=True):
     assert not any(r is False for p in kept for r in p.launches.values()), "a launch was not recorded"
     if expect_plans:
         assert flexkernel.plans.builds > builds  # the interval kernels ran, not another path
+        if hits is not None and native_hits:  # the later calls ran in C++: two forwards, the backward without dlse
+            st = native.stats()
+            assert not any("interval" in why for why in st["declined"]), st["declined"]
+            assert st["hits"] >= hits + 3, (st["declined"], st)
     assert not kernels.runtime_fallbacks()
 
 
@@ -103,7 +116,7 @@ def test_packed_documents(docs, causal):
 
 def test_ids_that_are_not_runs_still_give_flex_numbers():
     ids = torch.tensor([0, 0, 1, 1, 0, 0, 2, 2] * 48, device="cuda").expand(2, 384).contiguous()
-    _check(*_case(lambda b, h, q, kv: (ids[b, q] == ids[b, kv]) & (q >= kv)))
+    _check(*_case(lambda b, h, q, kv: (ids[b, q] == ids[b, kv]) & (q >= kv)), native_hits=False)
 
 
 @pytest.mark.parametrize("name", ["prefix-LM", "sink + local", "padding", "global tokens"])
@@ -132,3 +145,29 @@ def test_hugging_face_packed_sequences():
 def test_gqa_and_head_dims(D):
     ids = _packing(1, 512, [5])
     _check(*_case(lambda b, h, q, kv: (ids[b, q] == ids[b, kv]) & (q >= kv), B=1, H=8, Hkv=2, L=512, D=D))
+
+
+def test_a_new_packing_written_into_the_same_ids_tensor():
+    """A training loop copies each step's packing into one ids buffer (same memory, a new version) and builds a new
+    BlockMask: the plan, and the native call path's runner (launches for one version of the ids), follow the ids."""
+    ids = _packing(2, 384, [4, 4])
+
+    def mm(b, h, q, kv):
+        return (ids[b, q] == ids[b, kv]) & (q >= kv)
+
+    cf = torch.compile(lambda q, k, v, bm: flex_attention(q, k, v, block_mask=bm),
+                       backend=te_compile.backend(serve="always"))
+    g = torch.Generator(device="cuda").manual_seed(1)
+    for step, docs in enumerate(([4, 4], [4, 4], [7, 2], [7, 2], [1, 16], [4, 4])):
+        ids.copy_(_packing(2, 384, docs))
+        bm = create_block_mask(mm, 2, 1, 384, 384, device="cuda")
+        q, k, v = (torch.randn(2, 384, 4, 64, device="cuda", generator=g).transpose(1, 2) for _ in range(3))
+        qb, kb, vb = (t.detach().bfloat16().requires_grad_() for t in (q, k, v))
+        q32, k32, v32 = (t.detach().requires_grad_() for t in (q, k, v))
+        got, want = cf(qb, kb, vb, bm), flex_attention(q32, k32, v32, block_mask=bm)
+        do = torch.randn_like(want)
+        assert _rel(got, want) < 2e-2, (step, docs)
+        for a, b in zip(torch.autograd.grad((got.float() * do).sum(), (qb, kb, vb)),
+                        torch.autograd.grad((want * do).sum(), (q32, k32, v32))):
+            assert _rel(a, b) < 3e-2, (step, docs)
+    assert not kernels.runtime_fallbacks()

@@ -272,3 +272,48 @@ def test_a_runner_without_a_loadable_plan_is_counted_with_its_kind(monkeypatch):
             return None
     kernels._offer_native(kernels._Entry(AttentionSpec(mask="causal"), PrefixLike()), "backward", ())
     assert native.declined == {"backward: PrefixLike has no cuDNN plan the native path can load": 1}
+
+
+def test_interval_runners_register_their_launches_and_again_for_new_mask_inputs(monkeypatch):
+    """An interval runner's launches go to C++ with TVM-FFI's functions set once; a runner whose launches hold for one
+    set of mask inputs (document ids) stays pending, so the next call Python serves (new ids) registers again; a
+    reason instead of launches, or a C++ refusal, is recorded as declined."""
+    ext = _FakeExt()
+    ext.ok = True
+    ext.set_tvm_ffi = lambda *a: ext.calls.append(("set_tvm_ffi", a))
+    ext.register_interval_forward = lambda *a: ext.calls.append(("register_interval_forward", a)) or ext.ok
+    monkeypatch.setattr(native, "_ext", ext)
+    monkeypatch.setattr(native, "_ffi_set", False)
+    monkeypatch.setattr(native, "declined", {})
+    monkeypatch.setattr(native.atexit, "register", lambda f: None)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    q, k, v = _qkv()
+    ids = torch.zeros(1, 16, dtype=torch.long)
+
+    class IntervalLike:
+        info = None
+
+        def native_info(self):
+            return self.info
+
+    r = IntervalLike()
+    r.info = {"interval": ("form",), "keep": [], "ffi": lambda: (1, 2, 3, 4, 5), "rows": None, "data": [ids],
+              "again": True, "out_stride": [256, 128, 8, 1]}
+    entry = kernels._Entry(AttentionSpec(mask="causal"), r)
+    args = (q, k, v, None, [ids], "spec")
+    kernels._offer_native(entry, "forward", args)
+    kernels._offer_native(entry, "forward", args)
+    assert [c[0] for c in ext.calls] == ["set_tvm_ffi", "register_interval_forward", "register_interval_forward"]
+    assert ext.calls[0][1] == (1, 2, 3, 4, 5)
+    reg = ext.calls[1][1]
+    assert reg[:6] == (q, k, v, None, [ids], "spec") and reg[6] == ("form",) and reg[7] == [256, 128, 8, 1]
+    assert reg[9] == [ids] and entry.native_pending
+    r.info = dict(r.info, again=False)
+    kernels._offer_native(entry, "forward", args)
+    assert not entry.native_pending and not native.declined
+    ext.ok = False  # a C++ launch failed before: no new runner
+    kernels._offer_native(kernels._Entry(AttentionSpec(mask="causal"), r), "forward", args)
+    r.info = "cuDNN's interval kernels: an operand is copied before the kernels read it"
+    kernels._offer_native(kernels._Entry(AttentionSpec(mask="causal"), r), "forward", args)
+    assert native.declined == {"forward: cuDNN's interval kernels: a C++ launch failed before": 1,
+                               "forward: cuDNN's interval kernels: an operand is copied before the kernels read it": 1}

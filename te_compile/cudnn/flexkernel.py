@@ -11,6 +11,9 @@ unavailable with its version, never called.
 Layouts: te_compile's q / k / v are flex's [B, H, S, D]; the kernels read [B, S, H, D] (``transpose(1, 2)``, a
 view: no copy, whatever the strides, as long as the head dim is contiguous).
 
+Where the native call path is on (te_compile.cudnn.native), a runner hands it the launches of the call it served
+(``native_info``): later calls with the same signature (and the same mask inputs) run them from C++.
+
 Plans (the intervals' block lists, built on the GPU with one host synchronisation, ``_Plans``): a mask_mod that
 reads no captured tensor depends only on the shapes, so its plan is built once per (spec, shapes) and kept; one that
 reads captured tensors (document ids) is kept per those tensors (address and version). The same synchronisation
@@ -31,7 +34,7 @@ import torch
 from torch import Tensor
 
 from .. import intervals, user_warnings
-from . import flexlaunch
+from . import flexlaunch, native
 from ..layout import like_layout_strides
 from ..spec import AttentionSpec
 
@@ -241,6 +244,15 @@ def _launch(p: _Plan, key: tuple, operands: tuple, record, wrapper) -> tuple:
     return outs
 
 
+def _fwd_key(scale: float, q: Tensor, k: Tensor, v: Tensor) -> tuple:
+    """What a forward's launches depend on besides the plan (the operands' shapes are the plan's)."""
+    return ("fwd", scale, q.stride(), k.stride(), v.stride())
+
+
+def _bwd_key(scale: float, no_dlse: bool, q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor) -> tuple:
+    return ("bwd", scale, no_dlse, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride())
+
+
 def _run_forward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
     """out [B, S, H, Dv] and lse [B, H, S] of the kernels on [B, S, H, D] operands."""
 
@@ -252,8 +264,7 @@ def _run_forward(p: _Plan, q: Tensor, k: Tensor, v: Tensor, scale: float) -> tup
         out, lse, _ = _frontend()[0][1](q, k, v, mask_plan=p.plan, softmax_scale=scale, return_lse=True)
         return out, lse
 
-    key = ("fwd", scale, q.stride(), k.stride(), v.stride())
-    return _launch(p, key, (q, k, v), record, wrapper)
+    return _launch(p, _fwd_key(scale, q, k, v), (q, k, v), record, wrapper)
 
 
 def _run_backward(p: _Plan, q, k, v, out, dout, lse, dlse, scale: float) -> tuple[Tensor, Tensor, Tensor]:
@@ -266,8 +277,8 @@ def _run_backward(p: _Plan, q, k, v, out, dout, lse, dlse, scale: float) -> tupl
         return tuple(_frontend()[0][2](q, k, v, out, dout, lse, mask_plan=p.plan, softmax_scale=scale,
                                        dlse_tensor=dlse))
 
-    key = ("bwd", scale, dlse is None, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride())
-    return _launch(p, key, (q, k, v, out, dout, lse, dlse), record, wrapper)
+    return _launch(p, _bwd_key(scale, dlse is None, q, k, v, out, dout), (q, k, v, out, dout, lse, dlse), record,
+                   wrapper)
 
 
 # --------------------------------------------------------------------------- runners
@@ -279,15 +290,17 @@ class _Decline(Exception):
 class IntervalForward:
     """A forward on the interval kernels: the plan, then the kernel on [B, S, H, D] views."""
 
-    __slots__ = ("spec", "needs_backward")
+    __slots__ = ("spec", "needs_backward", "last")
 
     def __init__(self, spec: AttentionSpec, needs_backward: bool = True):
         self.spec, self.needs_backward = spec, needs_backward
+        self.last = None  # what the native call path needs of the last call (``native_info``)
 
     def __call__(self, q, k, v, bias, inputs):
         from .. import reference
 
         s = self.spec
+        self.last = None
         if torch.cuda.is_current_stream_capturing():
             _warn(s, _CAPTURE)
             out, lse = reference.attention_forward(q, k, v, None, s, list(inputs))
@@ -296,8 +309,9 @@ class IntervalForward:
             p = plans.get(s, q, k, v, list(inputs), self.needs_backward)
             if not p.valid:
                 raise _Decline(_NOT_RUNS)
-            out_b, lse = _run_forward(p, _bshd(_usable(q)), _bshd(_usable(k)), _bshd(_usable(v)),
-                                      s.scale_for(q.shape[-1]))
+            ops = tuple(_bshd(_usable(t)) for t in (q, k, v))
+            key = _fwd_key(s.scale_for(q.shape[-1]), *ops)
+            out_b, lse = _run_forward(p, *ops, s.scale_for(q.shape[-1]))
         except (_Decline, ValueError, TypeError, NotImplementedError, AssertionError) as e:
             _warn(s, str(e) if isinstance(e, _Decline) else f"cuDNN's interval kernels declined the call ({e})")
             out, lse = reference.attention_forward(q, k, v, None, s, list(inputs))
@@ -306,24 +320,34 @@ class IntervalForward:
         if p.empty_rows is not None:
             out = out.masked_fill(p.empty_rows.unsqueeze(-1), 0)
             lse = lse.masked_fill(p.empty_rows, float("-inf"))
+        if native.active():
+            self.last = _Served(p, key, list(inputs), (q, k, v))
         return _conform(out, q), lse.contiguous()
 
-    def native_info(self) -> None:
-        return None
+    def native_info(self):
+        """The last call's launches in the form the native call path runs (te_compile.cudnn.native), or why not."""
+        last, self.last = self.last, None
+        info = _native_form(last)
+        if isinstance(info, dict):
+            q, _, v = last.operands
+            info["out_stride"] = like_layout_strides((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), q)
+        return info
 
 
 class IntervalBackward:
     """The backward on the interval kernels, with the forward's plan (or a new one) and the empty rows' lse guard."""
 
-    __slots__ = ("spec",)
+    __slots__ = ("spec", "last")
 
     def __init__(self, spec: AttentionSpec):
         self.spec = spec
+        self.last = None
 
     def __call__(self, dout, q, k, v, out, lse, bias, inputs, dlse=None):
         from .. import reference
 
         s = self.spec
+        self.last = None
         try:
             if torch.cuda.is_current_stream_capturing():
                 raise _Decline(_CAPTURE)
@@ -334,13 +358,61 @@ class IntervalBackward:
             # plan with such rows needs the guard's extra pass
             guarded = lse.contiguous() if p.empty_rows is None else torch.nan_to_num(
                 lse, nan=float("nan"), posinf=float("inf"), neginf=1e30).contiguous()
-            grads = _run_backward(p, *(_bshd(_usable(t)) for t in (q, k, v, out, dout)), guarded,
-                                  None if dlse is None else dlse.contiguous(), s.scale_for(q.shape[-1]))
+            ops = tuple(_bshd(_usable(t)) for t in (q, k, v, out, dout))
+            scale = s.scale_for(q.shape[-1])
+            key = _bwd_key(scale, dlse is None, *ops)
+            grads = _run_backward(p, *ops, guarded, None if dlse is None else dlse.contiguous(), scale)
             dq, dk, dv = (g.transpose(1, 2) for g in grads)
         except (_Decline, ValueError, TypeError, NotImplementedError, AssertionError) as e:
             _warn(s, str(e) if isinstance(e, _Decline) else f"cuDNN's interval kernels declined the call ({e})")
             dq, dk, dv, _ = reference.attention_backward(dout, q, k, v, out, lse, None, s, False, list(inputs), dlse)
+            return _conform(dq, q), _conform(dk, k), _conform(dv, v), q.new_empty((0,))
+        if dlse is None and native.active():
+            self.last = _Served(p, key, list(inputs), (q, k, v, out, dout))
         return _conform(dq, q), _conform(dk, k), _conform(dv, v), q.new_empty((0,))
 
-    def native_info(self) -> None:
+    def native_info(self):
+        """The last call's launches in the form the native call path runs (te_compile.cudnn.native), or why not."""
+        last, self.last = self.last, None
+        info = _native_form(last)
+        if isinstance(info, dict):
+            info["grad_strides"] = [like_layout_strides(t.shape, t) for t in last.operands[:3]]
+            info["guard_lse"] = last.plan.empty_rows is not None
+        return info
+
+
+# --------------------------------------------------------------------------- the native call path
+
+class _Served:
+    """A call the interval kernels served: its plan, launch key, (in i) inputs and operands."""
+
+    __slots__ = ("plan", "key", "inputs", "operands")
+
+    def __init__(self, plan: _Plan, key: tuple, inputs: list, operands: tuple):
+        self.plan, self.key, self.inputs, self.operands = plan, key, inputs, operands
+
+
+def _native_form(last: Optional[_Served]):
+    """What the native call path needs to run the launches of ``last`` in C++: their C form
+    (``flexlaunch.native_form``), the kernels to keep alive, the rows that see no key, and the (in i) inputs the
+    plan was built from (a call must pass them unchanged: ``again`` asks to register a new plan's launches when
+    Python serves such a call). Where the call cannot run there: why (a string); None when no call was served."""
+    if last is None:
         return None
+    why = None
+    rep = last.plan.launches.get(last.key)
+    if not rep:
+        why = "its launches were not recorded"
+    elif any(_usable(t) is not t for t in last.operands):
+        why = "an operand is copied before the kernels read it"
+    elif any(b.is_inference() for b in last.inputs):
+        why = "the mask reads inference tensors (no version to check)"
+    if why is None:
+        try:
+            form, keep = flexlaunch.native_form(rep)
+        except (flexlaunch.NoReplay, ImportError, AttributeError, TypeError) as e:
+            why = str(e)
+    if why is not None:
+        return f"cuDNN's interval kernels: {why}"
+    return dict(interval=form, keep=keep, ffi=flexlaunch.tvm_ffi_api, rows=last.plan.empty_rows,
+                data=list(last.inputs), again=bool(last.inputs))

@@ -11,6 +11,9 @@ is). Every later call with the same key allocates the buffers and calls the same
 the same order. An argument that is none of these (the frontend changed) means no recording: such calls keep going
 through the frontend's wrappers.
 
+``native_form`` gives a replay in the form the native call path (csrc/interval_launch.h) launches from C++: the
+kernels' TVM-FFI functions and every argument by kind.
+
 This module and te_compile.cudnn.flexkernel are the only ones that touch ``cudnn.flex_attention``.
 """
 
@@ -194,3 +197,96 @@ def backward(plan, q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, l
 
     rep = record(run, (q, k, v, out, dout, lse, dlse), buffers, plan_tensors(plan), outputs=(7, 8, 9))
     return rep, tuple(grads)
+
+
+# --------------------------------------------------------------------------- the C++ form (te_compile.cudnn.native)
+
+#: argument kinds of the C++ form (csrc/interval_launch.h, ``Arg``)
+_SLOT, _CONST, _INT, _FLOAT, _BOOL, _NONE, _ARRAY = range(7)
+
+
+def native_form(rep: Replay) -> tuple:
+    """``rep`` as the native call path loads it (``register_interval_*``): per launch the TVM-FFI function handle and
+    its arguments as parallel lists (kind, integer, float), the plan's tensors, the buffers (shapes, strides, a tensor
+    of each dtype, zeroed), the operand count and the output slots, then the objects the handles point into (the
+    kernels' functions, and each tuple argument converted once to the TVM-FFI Array the kernel reads: the plan's
+    tensors), which the caller keeps alive until C++ holds references of its own. Raises NoReplay where a launch has no C form (a kernel that is not a positional TVM-FFI
+    function, an argument that is not a tensor, a number, a bool, None or a tuple of the plan's tensors)."""
+    import tvm_ffi
+
+    funcs, kinds, ints, floats, consts, keep = [], [], [], [], [], []
+    const_at: dict = {}
+    for fn, args, subs in rep.calls:
+        target = _ffi_function(fn, len(args))
+        if getattr(getattr(fn, "execution_args", None), "has_pointer_address_arg_specs", True):
+            raise NoReplay("a recorded kernel converts pointer arguments in Python")
+        slot_at = dict(subs)
+        k, iv, fv = [], [], []
+        for pos, x in enumerate(args):
+            if pos in slot_at:
+                k.append(_SLOT), iv.append(slot_at[pos]), fv.append(0.0)
+            elif isinstance(x, Tensor):
+                at = const_at.setdefault(id(x), len(consts))
+                if at == len(consts):
+                    consts.append(x)
+                k.append(_CONST), iv.append(at), fv.append(0.0)
+            elif x is None:
+                k.append(_NONE), iv.append(0), fv.append(0.0)
+            elif isinstance(x, bool):
+                k.append(_BOOL), iv.append(int(x)), fv.append(0.0)
+            elif isinstance(x, int) and -(1 << 63) <= x < (1 << 63):
+                k.append(_INT), iv.append(x), fv.append(0.0)
+            elif isinstance(x, float):
+                k.append(_FLOAT), iv.append(0), fv.append(x)
+            elif isinstance(x, (tuple, list)) and all(y is None or isinstance(y, Tensor) for y in x):
+                arr = tvm_ffi.convert(tuple(x))
+                if not isinstance(arr, tvm_ffi.Array) or not arr.__chandle__():
+                    raise NoReplay(f"argument {pos} of a recorded launch did not convert to a TVM-FFI Array")
+                keep.append(arr)
+                k.append(_ARRAY), iv.append(int(arr.__chandle__())), fv.append(0.0)
+            else:
+                raise NoReplay(f"argument {pos} of a recorded launch ({type(x).__name__}) has no C form")
+        funcs.append(int(target.__chandle__()))
+        keep += [fn, target]
+        kinds.append(k), ints.append(iv), floats.append(fv)
+    b = rep.buffers
+    form = (funcs, kinds, ints, floats, consts, [list(x.shape) for x in b], [list(x.stride) for x in b],
+            [torch.empty(0, dtype=x.dtype) for x in b], [x.zero for x in b], rep.n_operands, list(rep.outputs))
+    return form, keep
+
+
+def _ffi_function(fn, n_args: int):
+    """The positional TVM-FFI function a compiled kernel calls with ``n_args`` positional arguments: the kernel itself,
+    or the function behind its keyword wrapper when every parameter is positional and all were passed (the wrapper
+    then passes them through). Raises NoReplay otherwise."""
+    import inspect
+
+    import tvm_ffi
+
+    if isinstance(fn, tvm_ffi.Function):
+        target = fn
+    else:
+        get, wrapper = getattr(fn, "__tvm_ffi_object__", None), getattr(fn, "_kwargs_wrapper", None)
+        target = get() if get is not None and wrapper is not None else None
+        if not isinstance(target, tvm_ffi.Function):
+            raise NoReplay(f"a recorded kernel ({type(fn).__name__}) has no TVM-FFI function")
+        params = list(inspect.signature(wrapper).parameters.values())
+        if len(params) != n_args or any(p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params):
+            raise NoReplay(f"a recorded kernel takes {len(params)} parameters, {n_args} were passed positionally")
+    if not target.__chandle__():
+        raise NoReplay("a recorded kernel's TVM-FFI function is not initialized")
+    return target
+
+
+def tvm_ffi_api() -> tuple[int, ...]:
+    """Addresses of TVM-FFI's ``TVMFFIFunctionCall``, ``TVMFFIEnvSetStream``, ``TVMFFIErrorMoveFromRaised``,
+    ``TVMFFIObjectIncRef`` and ``TVMFFIObjectDecRef`` in the libtvm_ffi this process loaded (the one the compiled
+    kernels link)."""
+    import ctypes
+
+    import tvm_ffi
+
+    lib = tvm_ffi.LIB
+    return tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                 for name in ("TVMFFIFunctionCall", "TVMFFIEnvSetStream", "TVMFFIErrorMoveFromRaised",
+                              "TVMFFIObjectIncRef", "TVMFFIObjectDecRef"))

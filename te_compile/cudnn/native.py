@@ -7,7 +7,11 @@ the call, and registers the runner here when it is one graph on the call's own t
 record autograd history (te_compile.ops's autograd.Function, as without it).
 
 The C++ side uses only cuDNN's C API: the Python frontend builds each plan and serializes it
-(te_compile.cudnn.plan_blob reads what the variant pack needs), C++ loads the plan and executes it.
+(te_compile.cudnn.plan_blob reads what the variant pack needs), C++ loads the plan and executes it. A site on cuDNN's
+interval kernels (te_compile.cudnn.flexkernel) registers the launches te_compile.cudnn.flexlaunch recorded instead:
+C++ calls those compiled kernels through TVM-FFI's C ABI (csrc/interval_launch.h), for calls that pass the mask's
+(in i) inputs the plan was built from (unchanged: same memory, same version); others go to Python, which builds
+the plan for them and registers again.
 
 ``enable()`` compiles the extension once per machine (cached next to Inductor's cache, keyed by the source,
 torch, Python and the cuDNN and CUDA headers) with the system C++ compiler, against the headers a
@@ -24,6 +28,7 @@ This module does not import the cuDNN frontend: te_compile.kernels asks ``active
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import hashlib
 import importlib.util
@@ -242,7 +247,9 @@ def _flags(includes: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _fingerprint(includes: list[str], flags: list[str]) -> str:
-    h = hashlib.sha256(SOURCE.read_bytes())
+    h = hashlib.sha256()
+    for src in sorted(SOURCE.parent.iterdir()):  # the source and the headers it includes
+        h.update(src.name.encode() + src.read_bytes())
     h.update(" ".join(flags).encode())
     h.update(f"{torch.__version__} {sys.version}".encode())
     for d in includes:  # the headers' versions (cudnn_version.h, the frontend's version header)
@@ -299,6 +306,9 @@ def register(direction: str, args: tuple, info: dict) -> None:
     ext = _ext
     if ext is None:
         return
+    if "interval" in info:
+        _register_interval(ext, direction, args, info)
+        return
     vp = plan_blob.variant_pack(info["plan"])
     if isinstance(vp, str):
         decline(direction, vp)
@@ -317,6 +327,34 @@ def register(direction: str, args: tuple, info: dict) -> None:
                                   info["guard_lse"])
     except Exception as e:  # noqa: BLE001 - a runner C++ refuses stays with Python; the call itself goes on
         decline(direction, f"{type(e).__name__}: {e}")
+
+
+_ffi_set = False
+
+
+def _register_interval(ext, direction: str, args: tuple, info: dict) -> None:
+    """A runner of cuDNN's interval kernels (te_compile.cudnn.flexkernel): C++ calls their recorded launches."""
+    global _ffi_set
+    try:
+        if not _ffi_set:
+            ext.set_tvm_ffi(*info["ffi"]())
+            atexit.register(clear)  # runners release their TVM-FFI objects while Python is still whole
+            _ffi_set = True
+        common = (info["interval"],)  # info["keep"] holds its objects until C++ holds references
+        if direction == "forward":
+            q, k, v, bias, extra, spec = args
+            ok = ext.register_interval_forward(q, k, v, bias, list(extra), spec, *common, info["out_stride"],
+                                               info["rows"], info["data"], info["n_inputs"], info["block"])
+        else:
+            dout, q, k, v, out, lse, bias, extra, spec, need_dbias = args
+            ok = ext.register_interval_backward(dout, q, k, v, out, lse, bias, list(extra), spec, bool(need_dbias),
+                                                *common, info["grad_strides"], info["guard_lse"], info["data"],
+                                                info["n_inputs"])
+    except (RuntimeError, TypeError, ValueError, OSError, AttributeError, ImportError) as e:
+        decline(direction, f"cuDNN's interval kernels: {type(e).__name__}: {e}")
+        return
+    if not ok:
+        decline(direction, "cuDNN's interval kernels: a C++ launch failed before")
 
 
 #: why signatures stayed with Python ("forward: <reason>" -> how many)

@@ -31,6 +31,8 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include "interval_launch.h"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -171,6 +173,11 @@ struct Runner {
     std::unordered_map<std::vector<void *>, cudaGraphExec_t, PtrsHash> graphs;
     int resets = 0;       // times ``graphs`` filled up and was emptied
     bool no_replay = false;  // capture failed, or the pointers keep changing
+    // cuDNN's interval kernels (interval_launch.h) instead of a plan: their launches, and the (in i) inputs the mask
+    // plan was built from, which a call must pass unchanged (same memory, same version) to run here
+    std::shared_ptr<te_interval::Launches> launches;
+    std::vector<Tensor> mask_inputs;
+    std::vector<int64_t> mask_versions;
     ~Runner();
 };
 
@@ -499,11 +506,59 @@ std::tuple<Tensor, Tensor> python_forward(Tensor const &q, Tensor const &k, Tens
     return res.cast<std::tuple<Tensor, Tensor>>();
 }
 
+// --------------------------------------------------------------------------- cuDNN's interval kernels
+
+// Set when a launch of the interval kernels failed: every such signature goes back to Python, which launches
+// them through the frontend's Python and raises its error (no runner is registered again).
+std::atomic<bool> g_interval_off{false};
+
+bool same_mask_inputs(Runner const &r, at::TensorList inputs) {
+    if (inputs.size() != r.mask_inputs.size()) return false;
+    for (size_t i = 0; i < inputs.size(); i++)
+        if (inputs[i].data_ptr() != r.mask_inputs[i].data_ptr() ||
+            static_cast<int64_t>(inputs[i]._version()) != r.mask_versions[i])
+            return false;
+    return true;
+}
+
+Tensor in_layout(Tensor t, std::vector<int64_t> const &stride) {
+    if (t.strides() == c10::IntArrayRef(stride)) return t;
+    Tensor o = at::empty_strided(t.sizes(), stride, t.options());
+    o.copy_(t);
+    return o;
+}
+
+// Python serves calls under CUDA graph capture (the kernels are not captured: te_compile.cudnn.flexkernel) and where
+// capture cannot be detected.
+bool interval_capturing(Tensor const &q) {
+    return cuda.is_capturing == nullptr || capturing(c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+}
+
+std::vector<Tensor> run_interval(Runner const &r, std::vector<Tensor> operands, c10::Device device) {
+    std::string error;
+    auto outs = te_interval::run(*r.launches, std::move(operands), device, error);
+    if (outs.empty() && !g_interval_off.exchange(true))
+        TORCH_WARN("te_compile: a C++ launch of cuDNN's interval kernels failed (", error,
+                   "); these calls go through the frontend's Python from now on");
+    return outs;
+}
+
 std::tuple<Tensor, Tensor> fwd_cuda(Tensor const &q, Tensor const &k, Tensor const &v, OptTensor const &bias,
                                     at::TensorList extra, c10::string_view spec) {
     auto r = find(g_fwd, fwd_key(q, k, v, bias, extra, spec));
     if (!r || (r->block && !block_known(spec, q, k, extra))) return python_forward(q, k, v, bias, extra, spec);
     c10::cuda::CUDAGuard guard(q.device());
+    if (r->launches) {
+        if (g_interval_off || interval_capturing(q) || !same_mask_inputs(*r, extra.slice(0, r->n_inputs)))
+            return python_forward(q, k, v, bias, extra, spec);
+        auto outs = run_interval(*r, {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)}, q.device());
+        if (outs.size() != 2) return python_forward(q, k, v, bias, extra, spec);
+        Tensor out = in_layout(outs[0].transpose(1, 2), r->out_stride);
+        Tensor lse = outs[1].contiguous();
+        if (r->rows.defined()) fill_rows(*r, out, lse, bias);
+        g_hits++;
+        return {out, lse};
+    }
     Tensor out = at::empty_strided(r->out_shape, r->out_stride, q.options());
     Tensor lse = at::empty(r->lse_shape, q.options().dtype(at::kFloat));
     Tensor b4 = bias_operand(*r, bias);
@@ -535,6 +590,19 @@ Grads bwd_cuda(Tensor const &dout, Tensor const &q, Tensor const &k, Tensor cons
     if (!dlse) r = find(g_bwd, bwd_key(dout, q, k, v, out, lse, bias, extra, spec, need_dbias));
     if (!r) return python_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse);
     c10::cuda::CUDAGuard guard(q.device());
+    if (r->launches) {
+        if (g_interval_off || interval_capturing(q) || !same_mask_inputs(*r, extra.slice(0, r->n_inputs)))
+            return python_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse);
+        Tensor stats = (r->guard_lse ? at::nan_to_num(lse, std::numeric_limits<double>::quiet_NaN(),
+                                                      std::numeric_limits<double>::infinity(), 1e30)
+                                     : lse).contiguous();
+        auto outs = run_interval(*r, {q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), out.transpose(1, 2),
+                                      dout.transpose(1, 2), stats, Tensor()}, q.device());
+        if (outs.size() != 3) return python_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse);
+        g_hits++;
+        return {in_layout(outs[0].transpose(1, 2), r->grad_strides[0]), in_layout(outs[1].transpose(1, 2), r->grad_strides[1]),
+                in_layout(outs[2].transpose(1, 2), r->grad_strides[2]), q.new_empty({0})};
+    }
     Tensor stats = r->guard_lse ? at::nan_to_num(lse, std::numeric_limits<double>::quiet_NaN(),
                                                        std::numeric_limits<double>::infinity(), 1e30)
                                 : lse;
@@ -824,6 +892,113 @@ void register_backward(Tensor const &dout, Tensor const &q, Tensor const &k, Ten
     remember(g_bwd, bwd_key(dout, q, k, v, out, lse, bias, extra, spec, need_dbias), std::move(r));
 }
 
+// The recorded launches of cuDNN's interval kernels (te_compile.cudnn.flexlaunch.native_form): per launch the
+// TVM-FFI function handle and its arguments as parallel lists (kind, integer, float; interval_launch.h's Arg), the
+// plan's tensors, the buffers (shape, strides, a tensor of their dtype, zeroed), the operand count and output slots.
+std::shared_ptr<te_interval::Launches> load_launches(std::vector<int64_t> const &funcs,
+                                                      std::vector<std::vector<int64_t>> const &kinds,
+                                                      std::vector<std::vector<int64_t>> const &ints,
+                                                      std::vector<std::vector<double>> const &floats,
+                                                      std::vector<Tensor> const &consts,
+                                                      std::vector<std::vector<int64_t>> const &shapes,
+                                                      std::vector<std::vector<int64_t>> const &strides,
+                                                      std::vector<Tensor> const &dtypes, std::vector<bool> const &zero,
+                                                      int64_t n_operands, std::vector<int64_t> const &outputs) {
+    TORCH_CHECK(te_interval::ffi().ok(), "te_compile native: TVM-FFI's C functions are not set (set_tvm_ffi)");
+    TORCH_CHECK(funcs.size() == kinds.size() && kinds.size() == ints.size() && ints.size() == floats.size(),
+                "launch lists of different lengths");
+    TORCH_CHECK(shapes.size() == strides.size() && shapes.size() == dtypes.size() && shapes.size() == zero.size(),
+                "buffer lists of different lengths");
+    auto l = std::make_shared<te_interval::Launches>();
+    int64_t n_slots = n_operands + static_cast<int64_t>(shapes.size());
+    for (size_t c = 0; c < funcs.size(); c++) {
+        TORCH_CHECK(kinds[c].size() == ints[c].size() && kinds[c].size() == floats[c].size(), "argument lists differ");
+        std::vector<te_interval::Arg> args;
+        for (size_t j = 0; j < kinds[c].size(); j++) {
+            te_interval::Arg a{static_cast<te_interval::Arg::Kind>(kinds[c][j]), ints[c][j], floats[c][j]};
+            TORCH_CHECK(kinds[c][j] >= 0 && kinds[c][j] <= 6, "unknown argument kind ", kinds[c][j]);
+            TORCH_CHECK(a.kind != te_interval::Arg::SLOT || (a.i >= 0 && a.i < n_slots), "slot out of range");
+            TORCH_CHECK(a.kind != te_interval::Arg::CONST || (a.i >= 0 && a.i < static_cast<int64_t>(consts.size())),
+                        "constant out of range");
+            args.push_back(a);
+        }
+        for (auto const &a : args)
+            if (a.kind == te_interval::Arg::ARRAY) l->hold(reinterpret_cast<void *>(static_cast<uintptr_t>(a.i)));
+        l->funcs.push_back(reinterpret_cast<void *>(static_cast<uintptr_t>(funcs[c])));
+        l->hold(l->funcs.back());
+        l->args.push_back(std::move(args));
+    }
+    for (auto const &t : consts) TORCH_CHECK(t.is_cuda(), "a plan tensor off the GPU");
+    l->consts = consts;
+    for (size_t b = 0; b < shapes.size(); b++)
+        l->buffers.push_back({shapes[b], strides[b], dtypes[b].scalar_type(), static_cast<bool>(zero[b])});
+    l->n_operands = n_operands;
+    for (int64_t o : outputs) TORCH_CHECK(o >= 0 && o < n_slots, "output slot out of range");
+    l->outputs = outputs;
+    return l;
+}
+
+std::shared_ptr<Runner> interval_runner(std::shared_ptr<te_interval::Launches> l, std::vector<Tensor> const &data,
+                                        int64_t n_inputs, OptTensor rows) {
+    auto r = std::make_shared<Runner>();
+    r->launches = std::move(l);
+    r->n_inputs = n_inputs;
+    r->mask_inputs = data;
+    for (auto const &t : data) r->mask_versions.push_back(static_cast<int64_t>(t._version()));
+    if (rows) r->rows = *rows;
+    return r;
+}
+
+bool register_interval_forward(Tensor const &q, Tensor const &k, Tensor const &v, OptTensor const &bias,
+                               std::vector<Tensor> const &extra, std::string const &spec, py::tuple form,
+                               std::vector<int64_t> out_stride, OptTensor rows, std::vector<Tensor> const &data,
+                               int64_t n_inputs, bool block) {
+    if (g_interval_off) return false;
+    TORCH_CHECK(form.size() == 11, "an interval launch form has 11 parts");
+    auto l = load_launches(form[0].cast<std::vector<int64_t>>(), form[1].cast<std::vector<std::vector<int64_t>>>(),
+                           form[2].cast<std::vector<std::vector<int64_t>>>(), form[3].cast<std::vector<std::vector<double>>>(),
+                           form[4].cast<std::vector<Tensor>>(), form[5].cast<std::vector<std::vector<int64_t>>>(),
+                           form[6].cast<std::vector<std::vector<int64_t>>>(), form[7].cast<std::vector<Tensor>>(),
+                           form[8].cast<std::vector<bool>>(), form[9].cast<int64_t>(), form[10].cast<std::vector<int64_t>>());
+    TORCH_CHECK(l->n_operands == 3 && l->outputs.size() == 2, "a forward takes q, k, v and gives out, lse");
+    auto r = interval_runner(std::move(l), data, n_inputs, rows);
+    r->out_stride = std::move(out_stride);
+    r->block = block;
+    remember(g_fwd, fwd_key(q, k, v, bias, extra, spec), std::move(r));
+    return true;
+}
+
+bool register_interval_backward(Tensor const &dout, Tensor const &q, Tensor const &k, Tensor const &v,
+                                Tensor const &out, Tensor const &lse, OptTensor const &bias,
+                                std::vector<Tensor> const &extra, std::string const &spec, bool need_dbias,
+                                py::tuple form, std::vector<std::vector<int64_t>> grad_strides, bool guard,
+                                std::vector<Tensor> const &data, int64_t n_inputs) {
+    if (g_interval_off) return false;
+    TORCH_CHECK(form.size() == 11 && grad_strides.size() == 3, "an interval launch form has 11 parts, 3 gradient layouts");
+    auto l = load_launches(form[0].cast<std::vector<int64_t>>(), form[1].cast<std::vector<std::vector<int64_t>>>(),
+                           form[2].cast<std::vector<std::vector<int64_t>>>(), form[3].cast<std::vector<std::vector<double>>>(),
+                           form[4].cast<std::vector<Tensor>>(), form[5].cast<std::vector<std::vector<int64_t>>>(),
+                           form[6].cast<std::vector<std::vector<int64_t>>>(), form[7].cast<std::vector<Tensor>>(),
+                           form[8].cast<std::vector<bool>>(), form[9].cast<int64_t>(), form[10].cast<std::vector<int64_t>>());
+    TORCH_CHECK(l->n_operands == 7 && l->outputs.size() == 3, "a backward takes q, k, v, out, dout, lse, dlse and gives dq, dk, dv");
+    auto r = interval_runner(std::move(l), data, n_inputs, std::nullopt);
+    r->grad_strides = std::move(grad_strides);
+    r->guard_lse = guard;
+    remember(g_bwd, bwd_key(dout, q, k, v, out, lse, bias, extra, spec, need_dbias), std::move(r));
+    return true;
+}
+
+// TVM-FFI's C functions, resolved by Python from the libtvm_ffi it loaded (addresses).
+void set_tvm_ffi(int64_t call, int64_t set_stream, int64_t error_move, int64_t inc_ref, int64_t dec_ref) {
+    te_interval::Ffi f;
+    f.inc_ref = reinterpret_cast<decltype(f.inc_ref)>(static_cast<uintptr_t>(inc_ref));
+    f.call = reinterpret_cast<decltype(f.call)>(static_cast<uintptr_t>(call));
+    f.set_stream = reinterpret_cast<decltype(f.set_stream)>(static_cast<uintptr_t>(set_stream));
+    f.error_move = reinterpret_cast<decltype(f.error_move)>(static_cast<uintptr_t>(error_move));
+    f.dec_ref = reinterpret_cast<decltype(f.dec_ref)>(static_cast<uintptr_t>(dec_ref));
+    te_interval::ffi() = f;
+}
+
 void block_checked(Tensor const &q, Tensor const &k, std::vector<Tensor> const &extra, std::string const &spec) {
     Key key = block_key(spec, q, k, extra);
     std::unique_lock<std::shared_mutex> lock(g_mutex);
@@ -849,6 +1024,7 @@ py::dict stats() {
     d["replays"] = g_replays.load();
     d["captures"] = g_captures.load();
     d["replay"] = g_replay.load() && cuda.ok();
+    d["interval_launch_failed"] = g_interval_off.load();
     return d;
 }
 
@@ -873,6 +1049,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("uninstall", &uninstall);
     m.def("register_forward", &register_forward);
     m.def("register_backward", &register_backward);
+    m.def("register_interval_forward", &register_interval_forward);
+    m.def("register_interval_backward", &register_interval_backward);
+    m.def("set_tvm_ffi", &set_tvm_ffi);
     m.def("block_checked", &block_checked);
     m.def("clear", &clear);
     m.def("stats", &stats);
