@@ -13,6 +13,7 @@ import dataclasses
 from typing import Optional
 
 from . import prefix
+from .cudnn import native
 from .layout import size_hints
 from .lowering import lower
 from .reasons import SLOWER, Reason, rule_short
@@ -37,19 +38,14 @@ class Rule:
 
 
 #: cited runs (docs/data): tuned sweeps (Python path), native-path sweeps, default-policy sweeps, HF Mistral 1x8192
-_TUNED = tuple(f"tuned-flex-{s}.json" for s in (
-    "h100-919-2026-11-27-1x16x16384x128", "h100-919-2026-11-27-1x32x8192x128x8", "h200-919-2026-11-27",
-    "h200-927-2026-11-27", "h100-919-2026-11-27-8x16x1024x64", "h100-919-2026-11-27-8x16x512x64",
-    "h200-919-2026-11-27-4x16x512x64"))
-_NATIVE = ("sweep-flex-train-h200-919-2026-11-28.json", "sweep-flex-train-h100-919-2026-11-28-1x32x4096x128x8.json",
-           "sweep-flex-infer-h200-919-2026-11-28.json")
-_DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in (
-    "2x16x4096x128", "1x32x4096x128x8", "8x16x1024x64", "1x16x16384x128-part1", "1x16x16384x128-part2"))
-_WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8192-h200-927-2026-11-27-mistral.json",
-               "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
+_TUNED = tuple(f"tuned-flex-{s}.json" for s in ("h100-919-2026-11-27-1x16x16384x128", "h100-919-2026-11-27-1x32x8192x128x8", "h200-919-2026-11-27", "h200-927-2026-11-27", "h100-919-2026-11-27-8x16x1024x64", "h100-919-2026-11-27-8x16x512x64", "h200-919-2026-11-27-4x16x512x64"))
+_NATIVE = ("sweep-flex-train-h200-919-2026-11-28.json", "sweep-flex-train-h100-919-2026-11-28-1x32x4096x128x8.json", "sweep-flex-infer-h200-919-2026-11-28.json")
+_DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x32x4096x128x8", "8x16x1024x64", "1x16x16384x128-part1", "1x16x16384x128-part2"))
+_WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8192-h200-927-2026-11-27-mistral.json", "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
 _FLEX = _TUNED + _NATIVE + _DEFAULT
 _MASKS = ("masks-native-h200-919-2026-11-28-2x16x4096x128.json", "masks-replay-h200-919-2026-11-28-1x8x32768x128.json")
 _MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS, ("flex document4", "flex document16"))
+_MASKS_PY = (tuple(f"masks-replay-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128")), ("flex document4", "flex document16"))  # the interval kernels launched from Python
 
 RULES: dict[str, Rule] = {
     "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: te_compile's steps were "
@@ -95,6 +91,8 @@ RULES: dict[str, Rule] = {
         short="a mask of key intervals"),
     "flex intervals, document ids": Rule(4096, None, "document ids on cuDNN's interval kernels: steps 1.05-1.57x at 4096 tokens (kernels 1.51-1.69x), 1.63-1.65x at 32768", (_MASKS_DOCS,),
         short="document ids on the interval kernels"),
+    "flex intervals, document ids, from Python": Rule(32768, None, "document ids on cuDNN's interval kernels launched from Python (no native call path): steps 1.63-1.65x at 32768 tokens; 0.60-0.64x at 4096 (host-bound)", (_MASKS_PY,),
+        short="document ids on the interval kernels, launched from Python"),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
                               "0.98-1.01x", ((_FLEX, ("flex document",)),),
         short="a mask cuDNN computes every tile of"),
@@ -150,6 +148,8 @@ def decide(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: boo
         return True, "served: symbolic shapes (the rules decide at the size this compile saw)"
     H, L, S = shape
     cls = site_class(spec, bias is not None, need_dbias, L, S, H)
+    if cls == "flex intervals, document ids" and not native.possible():
+        cls += ", from Python"  # without C++ launches such a step is host-bound below 32768 tokens
     rule = RULES[cls]
     need = rule.graphs_min_tokens if cuda_graphs else rule.min_tokens
     where = " under CUDA graphs" if cuda_graphs else ""

@@ -337,3 +337,37 @@ def test_backend_and_explain_follow_cuda_graphs(monkeypatch):
     assert seen == [None, True, False]
 
 
+
+
+def test_document_ids_wait_for_32768_tokens_where_the_kernels_launch_from_python(monkeypatch):
+    """Document ids on the interval kernels are served from 4096 tokens where C++ launches them (the native call path
+    can be on), from 32768 where Python does (host-bound below: 0.60-0.64x at 4096)."""
+    from te_compile.cudnn import native
+
+    spec = AttentionSpec(source="flex", scale=0.1, mask_mod="(eq (buf 0 b q_idx) (buf 0 b kv_idx))", n_inputs=1,
+                         intervals=True)
+    t = _t(2, 16, 4096, 128)
+    monkeypatch.setattr(native, "possible", lambda: True)
+    serve, why = rules.decide(t, t, t, None, spec, True, False)
+    assert serve and why.startswith("served by the rule for flex intervals, document ids (from 4096 tokens)")
+    monkeypatch.setattr(native, "possible", lambda: False)
+    serve, why = rules.decide(t, t, t, None, spec, True, False)
+    assert not serve and "flex intervals, document ids, from Python" in why and "served from 32768" in why
+    big = _t(1, 8, 32768, 128)
+    assert rules.decide(big, big, big, None, spec, True, False)[0]
+
+
+def test_the_native_call_path_is_possible_only_where_it_can_turn_on(monkeypatch):
+    from te_compile.cudnn import native
+
+    monkeypatch.setattr(native, "_ext", None)
+    monkeypatch.setattr(native, "_tried", False)
+    monkeypatch.setattr(native, "_unavailable", lambda: "")
+    assert native.possible()
+    monkeypatch.setattr(native, "_unavailable", lambda: "TE_COMPILE_NATIVE=0")
+    assert not native.possible()
+    monkeypatch.setattr(native, "_unavailable", lambda: "")
+    monkeypatch.setattr(native, "_tried", True)  # tried and off: the build failed
+    assert not native.possible()
+    monkeypatch.setattr(native, "_ext", object())
+    assert native.possible()

@@ -72,6 +72,12 @@ def active() -> bool:
     return _ext is not None
 
 
+def possible() -> bool:
+    """Whether the native call path is on, or can turn on in this process (not turned off, not failed, a machine that
+    can build it): what the rules assume of sites whose speed depends on it."""
+    return _ext is not None or (not _tried and not _unavailable())
+
+
 def status() -> str:
     """One line for reports: "on" or "off: <reason>" (does not build anything)."""
     return "on" if _ext is not None else f"off: {_why_off}"
