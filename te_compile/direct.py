@@ -18,11 +18,12 @@ a grad-mode or autocast switch around the op, for one, is a node nothing reads.
 from __future__ import annotations
 
 import operator
-import os
 from typing import Callable, Optional
 
 import torch
 from torch.fx import Graph, GraphModule, Node
+
+from . import env
 
 
 def _is_te_op(target: object) -> bool:
@@ -98,7 +99,7 @@ def attention_only(gm: GraphModule) -> Optional[GraphModule]:
 
 def direct_callable(gm: GraphModule) -> Optional[Callable]:
     """What Dynamo calls for ``gm`` when it holds only te_compile's ops (``attention_only``), else None."""
-    if os.environ.get("TE_COMPILE_DIRECT", "1") == "0":
+    if env.value("TE_COMPILE_DIRECT") == "0":
         return None
     reduced = attention_only(gm)
     return None if reduced is None else reduced.forward

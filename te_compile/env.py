@@ -26,6 +26,7 @@ VARIABLES: dict[str, tuple[Optional[tuple[str, ...]], str, str]] = {
     "TE_COMPILE_UNCHECKED_CUDNN": (("serve", ""), "", "serve: serve emitted graphs on an unchecked cuDNN version"),
     "TE_COMPILE_CACHE_DIR": (None, "", "the folder of the measurement cache (te_compile.tune)"),
     "TE_COMPILE_NATIVE_DIR": (None, "", "the folder the native call path's extension is built in"),
+    "TE_COMPILE_NATIVE_DEBUG": (None, "", "any text: build the native call path with debug symbols, trace its misses"),
 }
 
 log = logging.getLogger("te_compile")

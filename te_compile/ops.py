@@ -22,11 +22,11 @@ reference and fake kernels are in te_compile.kernels.
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import torch
 
+from . import env
 from .cudnn import native
 from .kernels import (attn_bwd_cuda, attn_bwd_fake, attn_bwd_reference, attn_fwd_cuda, attn_fwd_fake,
                       attn_fwd_reference, clear_runners)
@@ -45,7 +45,7 @@ _lib = torch.library.Library("te_compile", "DEF")
 # cudagraph_unsafe instead, so Inductor runs graphs holding them without CUDA graphs (an escape hatch
 # if recording ever fails; read at import).
 _TAGS = ((torch.Tag.pt2_compliant_tag, torch.Tag.cudagraph_unsafe)
-         if os.environ.get("TE_COMPILE_CUDAGRAPH_UNSAFE", "0") == "1" else (torch.Tag.pt2_compliant_tag,))
+         if env.value("TE_COMPILE_CUDAGRAPH_UNSAFE") == "1" else (torch.Tag.pt2_compliant_tag,))
 _lib.define("attn_fwd(Tensor q, Tensor k, Tensor v, Tensor? bias, Tensor[] extra, str spec) -> (Tensor, Tensor)",
             tags=_TAGS)
 _lib.define("attn_bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? bias, "

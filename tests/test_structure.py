@@ -231,3 +231,19 @@ def test_the_serve_decision_code_stays_small():
     decide = next(n for n in backend.body if isinstance(n, ast.FunctionDef) and n.name == "_decide")
     lines += decide.end_lineno - decide.lineno + 1
     assert lines <= 1879 // 2, f"{lines} lines of decision code"
+
+
+def test_te_compile_variables_are_read_through_env_only():
+    """te_compile's environment variables are read in one place (te_compile.env: what each accepts, a warning for a
+    value it does not): no other module reads a ``TE_COMPILE_*`` variable, or a name bound to one, from os.environ."""
+    offenders = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name == "env.py" and path.parent == PKG:
+            continue
+        text = path.read_text()
+        names = set(re.findall(r'^(\w+) = "TE_COMPILE_\w+"', text, re.M))
+        for m in re.finditer(r"(?:os\.environ(?:\.get)?|os\.getenv)\s*[\[(]\s*([^,\])]+)", text):
+            arg = m.group(1).strip()
+            if "TE_COMPILE_" in arg or arg in names:
+                offenders.append(f"{path.relative_to(PKG.parent)}: {m.group(0)}")
+    assert not offenders, offenders

@@ -46,6 +46,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from .. import env
 from . import plan_blob
 
 log = logging.getLogger("te_compile")
@@ -121,7 +122,7 @@ def _try_enable() -> None:
         _why_off = f"the extension's operand uids {dict(ext.uids())} differ from te_compile's {want}"
         return
     _module = ext
-    ext.set_replay(os.environ.get(REPLAY_ENV, "1") != "0")
+    ext.set_replay(env.value(REPLAY_ENV) != "0")
     for hook in hooks:
         hook(ext)
     _ext = ext
@@ -147,7 +148,7 @@ def set_replay(on: bool) -> bool:
 
 
 def _unavailable() -> str:
-    if os.environ.get(ENV, "1") == "0":
+    if env.value(ENV) == "0":
         return f"{ENV}=0"
     if torch.version.cuda is None:
         return "this torch has no CUDA"
@@ -225,8 +226,8 @@ class _BuildError(RuntimeError):
 
 def _cache_root() -> Path:
     """Next to Inductor's cache (``TE_COMPILE_NATIVE_DIR`` overrides it)."""
-    if os.environ.get("TE_COMPILE_NATIVE_DIR"):
-        return Path(os.environ["TE_COMPILE_NATIVE_DIR"])
+    if env.value("TE_COMPILE_NATIVE_DIR"):
+        return Path(env.value("TE_COMPILE_NATIVE_DIR"))
     try:
         from torch._inductor.runtime.cache_dir_utils import cache_dir
         return Path(cache_dir()) / "te_compile" / "native"
@@ -238,7 +239,7 @@ def _flags(includes: list[str]) -> tuple[list[str], list[str]]:
     from torch.utils import cpp_extension
 
     torch_lib = Path(torch.__file__).parent / "lib"
-    debug = ["-g"] if os.environ.get("TE_COMPILE_NATIVE_DEBUG") else []
+    debug = ["-g"] if env.value("TE_COMPILE_NATIVE_DEBUG") else []
     cflags = debug + ["-O2", "-fPIC", "-std=c++17", "-w",
 
               "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]

@@ -12,9 +12,9 @@ an unchecked version anyway (for checking a new version with the fuzzer).
 from __future__ import annotations
 
 import functools
-import os
 from typing import Optional
 
+from .. import env
 from ..reasons import CUDNN_VERSION, Reason
 
 #: versions checked with te_compile's fuzzer and GPU suite (backend_version() -> what was run, when)
@@ -53,7 +53,7 @@ def describe(version: int) -> str:
 def emitted_reason(version: Optional[int] = None) -> Optional[str]:
     """Why an emitted score_mod / mask_mod graph is not served on this cuDNN version, or None (served)."""
     v = running() if version is None else version
-    if v == 0 or v in CHECKED or os.environ.get(ENV, "") == "serve":
+    if v == 0 or v in CHECKED or env.value(ENV) == "serve":
         return None  # 0: no cuDNN library runs here (a CPU machine explaining a GPU graph): nothing to crash
     checked = ", ".join(describe(c) for c in sorted(CHECKED))
     if v in KNOWN:

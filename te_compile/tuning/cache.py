@@ -21,6 +21,8 @@ import tempfile
 import threading
 from typing import Any, Iterator, Optional
 
+from .. import env
+
 ENV = "TE_COMPILE_CACHE_DIR"
 FILE = "measurements-v1.json"
 #: bumped when an entry's meaning changes; entries of other formats are ignored
@@ -31,9 +33,8 @@ _lock = threading.Lock()
 
 
 def cache_dir() -> str:
-    d = os.environ.get(ENV)
-    if d:
-        return d
+    if env.value(ENV):
+        return env.value(ENV)
     try:
         from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_dir
         return os.path.join(inductor_dir(), "te_compile")
