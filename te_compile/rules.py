@@ -92,7 +92,7 @@ RULES: dict[str, Rule] = {
     "flex intervals, document ids": Rule(4096, None, "document ids on cuDNN's interval kernels: steps 1.05-1.57x at 4096 tokens (kernels 1.51-1.69x), 1.63-1.65x at 32768", (_MASKS_DOCS,),
         short="document ids on the interval kernels"),
     "flex intervals, document ids, from Python": Rule(32768, None, "document ids on cuDNN's interval kernels launched from Python (no native call path): steps 1.63-1.65x at 32768 tokens; 0.60-0.64x at 4096 (host-bound)", (_MASKS_PY,),
-        short="document ids on the interval kernels, launched from Python"),
+        short="document ids, interval kernels from Python"),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
                               "0.98-1.01x", ((_FLEX, ("flex document",)),),
         short="a mask cuDNN computes every tile of"),
