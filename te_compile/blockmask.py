@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from . import ir
+from .score import ir
 
 
 def listed_blocks(num: Tensor, idx: Tensor, nk: int) -> Tensor:

@@ -13,7 +13,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import ir, reference
+from . import reference
+from .score import ir
 
 
 def mask_to_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:

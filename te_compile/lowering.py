@@ -6,7 +6,7 @@ serves the mask (``band``, tile skipping) or the mods are emitted as pointwise o
 mask-first emission, the derivative, the padded-tile guard and the pass-by-value constants. The
 compile-time support check (cudnn/check.py) and the graph builder (cudnn/graphs.py, emit.py) read the
 same record. Per op (its value at -inf, whether and how cuDNN emits it) it reads the op's row in
-te_compile.opdefs. This module does not import the cuDNN frontend, so it runs (and is tested) anywhere.
+te_compile.score.opdefs. This module does not import the cuDNN frontend, so it runs (and is tested) anywhere.
 
 Emission options (``EmitOptions``) are passed in: ``OPTIONS`` holds the settled choices; diagnosis and
 the fuzzer's ``--emit`` change them with ``set_options``.
@@ -29,8 +29,9 @@ import functools
 import math
 from typing import Optional
 
-from . import alibi, ir
-from .opdefs import OPS, Cudnn, NotOnCudnn
+from . import alibi
+from .score import ir
+from .score.opdefs import OPS, Cudnn, NotOnCudnn
 from .spec import AttentionSpec
 
 #: integer powers up to this magnitude are emitted as products (cuDNN's pow of a negative base is
@@ -396,7 +397,7 @@ def _floor_limit(e: ir.Expr) -> Optional[str]:
     return None
 
 
-#: what an emission style (te_compile.opdefs.Cudnn.style) cannot emit: the power style takes constant
+#: what an emission style (te_compile.score.opdefs.Cudnn.style) cannot emit: the power style takes constant
 #: exponents only, the floor divisions are exact on integers only by a positive integer constant
 _STYLE_LIMITS = {"power": _pow_limit, "floor_divide": _floor_limit, "remainder": _floor_limit}
 

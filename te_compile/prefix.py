@@ -31,7 +31,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from . import ir
+from .score import ir
 from .layout import empty_like_layout
 from .spec import AttentionSpec
 from .lowering import diagonal_bounds, linear_in_indices

@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from . import ir
+from .score import ir
 from .spec import AttentionSpec
 
 

@@ -13,7 +13,7 @@ import re
 import threading
 from typing import Any
 
-from .infix import infix
+from .score.infix import infix
 from .passes.decision import Decision
 from .passes.find import example_value
 from .reasons import category, short

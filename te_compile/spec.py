@@ -36,7 +36,7 @@ class AttentionSpec:
     impl: str = "cudnn"
     #: where the call came from, for messages only ("sdpa" or "flex")
     source: str = "sdpa"
-    #: flex score_mod as ScoreExpr text (te_compile.ir), "" = identity. It may read the op's
+    #: flex score_mod as ScoreExpr text (te_compile.score.ir), "" = identity. It may read the op's
     #: extra inputs as ``(in i)``: [B|1, H|1, 1, 1] float32 terms of (b, h, captured tensors).
     score: str = ""
     #: flex mask_mod as ScoreExpr text (bool), "" = no mask; applied after score_mod
@@ -106,11 +106,11 @@ class AttentionSpec:
         return _parse(key)
 
     def score_expr(self):
-        from .ir import parse
+        from .score.ir import parse
         return parse(self.score) if self.score else None
 
     def mask_expr(self):
-        from .ir import parse
+        from .score.ir import parse
         return parse(self.mask_mod) if self.mask_mod else None
 
     def describe(self, with_mask: bool = True) -> str:

@@ -8,7 +8,8 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import te_compile
-from te_compile import alibi, ir
+from te_compile import alibi
+from te_compile.score import ir
 from te_compile import lowering
 
 CAUSAL = "(ge q_idx kv_idx)"

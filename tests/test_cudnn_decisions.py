@@ -141,7 +141,7 @@ def test_native_band_recognition(mask, band):
 def test_lse_guard_only_where_rows_can_be_empty(L, S, mask, score, bias, may):
     """The backward's lse guard (one kernel) runs unless no query row can lose every key; where it is skipped,
     the mask evaluated like eager's leaves every row a key."""
-    from te_compile import ir
+    from te_compile.score import ir
     from te_compile.cudnn import runners
     from te_compile.reference import index_grids
     spec = AttentionSpec(mask_mod=mask, score=score, source="flex")
@@ -242,7 +242,7 @@ def test_mask_first_lowering(score, mask, want):
     ("(pow (tanh score) -1)", "nan"), ("(pow (tanh score) 2)", "fin"),
 ])
 def test_at_neg_inf(expr, want):
-    from te_compile import ir
+    from te_compile.score import ir
     from te_compile.lowering import at_neg_inf
     assert at_neg_inf(ir.parse(expr)) == want
     # cross-check with float arithmetic where the answer is a plain number
@@ -525,7 +525,7 @@ def test_a_singular_function_of_a_remainder_of_the_score_is_kept(score, kept):
 
 
 def lowering_expr(score):
-    from te_compile import ir
+    from te_compile.score import ir
     return ir.parse(score)
 
 

@@ -443,7 +443,7 @@ def test_flex_call_is_read_by_name_on_both_block_mask_layouts():
 ])
 def test_which_score_mods_may_be_nan_at_finite_scores(score, nan):
     """A score_mod that may be NaN is kept under a gathering mask_mod (its -inf bias does not hide a NaN)."""
-    from te_compile import ir
+    from te_compile.score import ir
     assert ir.may_be_nan(ir.parse(score)) is nan
 
 

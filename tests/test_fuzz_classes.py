@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import te_compile
-from te_compile import ir
+from te_compile.score import ir
 from te_compile.reasons import NOT_EXACT, NOT_ON_CUDNN, category
 from tools import fuzz
 

@@ -1,4 +1,4 @@
-"""te_compile.infix: the readable form of a score_mod / mask_mod expression.
+"""te_compile.score.infix: the readable form of a score_mod / mask_mod expression.
 
 Two checks: the exact text for hand-picked expressions (precedence, parentheses, every op), and the
 meaning: the infix text, evaluated as Python with torch tensors, equals ``ir.evaluate`` of the
@@ -12,9 +12,9 @@ import types
 import pytest
 import torch
 
-from te_compile import ir
-from te_compile.infix import infix
-from te_compile.opdefs import OPS
+from te_compile.score import ir
+from te_compile.score.infix import infix
+from te_compile.score.opdefs import OPS
 
 CASES = [
     # arithmetic and precedence
@@ -94,7 +94,7 @@ def test_infix_text(sexpr, want):
     assert infix(ir.parse(sexpr)) == want
 
 
-# one expression per IR op and its form: a new row in te_compile.opdefs fails here until it has one
+# one expression per IR op and its form: a new row in te_compile.score.opdefs fails here until it has one
 EVERY_OP = {
     "neg": ("(neg score)", "-score"), "abs": ("(abs score)", "abs(score)"), "exp": ("(exp score)", "exp(score)"),
     "exp2": ("(exp2 score)", "exp2(score)"), "log": ("(log score)", "log(score)"),

@@ -6,8 +6,10 @@ import random
 import pytest
 import torch
 
-from te_compile import intervals, ir
-from te_compile.expr import Expr
+from te_compile import intervals
+
+from te_compile.score import ir
+from te_compile.score.expr import Expr
 from te_compile.reference import index_grids
 
 P = ir.parse

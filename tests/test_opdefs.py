@@ -1,4 +1,4 @@
-"""Every row of the op registry (te_compile.opdefs), end to end on CPU.
+"""Every row of the op registry (te_compile.score.opdefs), end to end on CPU.
 
 For each op: a tiny score_mod calling the row's torch function translates (passes/score_mod.translate) to an
 expression with the op; ``ir.evaluate`` equals torch on the same inputs, ``ir.kind_of`` is the torch result's
@@ -7,7 +7,7 @@ autograd (finite differences where torch has no derivative); the text round-trip
 evaluated as Python, equals ``ir.evaluate``; and the cuDNN lowering either emits the row's pointwise op on
 the recording graph (``emit.structure``) or keeps the site with the row's reason.
 
-A new op is a new row in te_compile.opdefs and its line in ``CALLS`` here.
+A new op is a new row in te_compile.score.opdefs and its line in ``CALLS`` here.
 """
 
 import functools
@@ -15,9 +15,9 @@ import functools
 import pytest
 import torch
 
-from te_compile import ir
-from te_compile.infix import infix
-from te_compile.opdefs import OPS, Cudnn, NotOnCudnn
+from te_compile.score import ir
+from te_compile.score.infix import infix
+from te_compile.score.opdefs import OPS, Cudnn, NotOnCudnn
 from te_compile.passes.score_mod import translate
 from te_compile.spec import AttentionSpec
 

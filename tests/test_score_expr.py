@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
-from te_compile import ir
+from te_compile.score import ir
 from te_compile.passes.score_mod import translate
 
 B, H, L, S = 2, 4, 8, 8
@@ -167,7 +167,7 @@ def test_simplify_hugging_face_style_masks():
 
 
 def test_linear_in_score():
-    from te_compile import ir
+    from te_compile.score import ir
     cases = {"(mul score 2.0)": (2.0, "0.0"), "(sub 1.0 (mul score 0.1))": (-0.1, "1.0"),
              "(div score 8.0)": (0.125, "0.0"), "(mul (tanh (div score 30.0)) 30.0)": None,
              "(mul score score)": None, "(add score (sub q_idx kv_idx))": None, "(mul score 0.0)": None}

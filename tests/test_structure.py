@@ -100,7 +100,7 @@ def test_cycle_detector_finds_a_cycle():
 #: are one unit each (their modules import each other freely); top-level modules are units of their own.
 LAYERS = [
     # the language of a site: expressions, specs, reasons, layouts, the exact math, warnings
-    {"expr", "opdefs", "ir", "spec", "layout", "reasons", "fxcopy", "cli_parser", "user_warnings", "infix", "alibi",
+    {"score", "spec", "layout", "reasons", "fxcopy", "cli_parser", "user_warnings", "alibi",
      "reference", "blockmask", "install", "stale_outputs", "verify", "env", "compile_stats"},
     {"lowering", "prefix", "intervals"},  # what cuDNN computes for a site: its lowering, the prefix-LM split, key intervals
     {"cudnn"},  # what talks to cuDNN
@@ -247,3 +247,24 @@ def test_te_compile_variables_are_read_through_env_only():
             if "TE_COMPILE_" in arg or arg in names:
                 offenders.append(f"{path.relative_to(PKG.parent)}: {m.group(0)}")
     assert not offenders, offenders
+
+
+def test_every_import_of_a_te_compile_module_resolves():
+    """Every ``from <te_compile module> import name`` anywhere in te_compile (inside functions too: the GPU-only call
+    paths import lazily, and CPU tests never run them) names a module or an attribute that exists."""
+    import importlib
+    import importlib.util
+
+    missing = []
+    for path in sorted(PKG.rglob("*.py")):
+        for module, name in _from_imports(path):
+            spec = importlib.util.find_spec(module)
+            if spec is None:
+                missing.append(f"{_module(path)}: no module {module}")
+                continue
+            if name == "*" or (spec.submodule_search_locations is not None
+                               and importlib.util.find_spec(f"{module}.{name}") is not None):
+                continue
+            if not hasattr(importlib.import_module(module), name):
+                missing.append(f"{_module(path)}: {module} has no {name}")
+    assert not missing, missing

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import ir
+from ..score import ir
 from ..layout import concrete as _concrete, contiguous_strides, like_layout_strides
 from ..reasons import NOT_EXACT, NOT_ON_CUDNN, Reason
 from ..spec import AttentionSpec

@@ -13,7 +13,7 @@ logical ops compute and produce BOOLEAN; ``where`` is ``binary_select(a, b, cond
 goes in as ``binary_select(score', -inf, mask)`` after the score_mod (flex's order); float-to-
 float casts (e.g. ``.float()``) are precision-only and are not emitted.
 
-Each op is emitted by the method of its row's emission style (``te_compile.opdefs.Cudnn``: unary, arith,
+Each op is emitted by the method of its row's emission style (``te_compile.score.opdefs.Cudnn``: unary, arith,
 compare, ...), which calls the row's pointwise op; the leaves, constants and casts are emitted here.
 
 Mask first, the padded-tile guard, the constants and what is emitted at all are decided in
@@ -27,8 +27,8 @@ from typing import Any, Optional, Sequence
 
 import cudnn
 
-from .. import ir
-from ..opdefs import OPS, Cudnn
+from ..score import ir
+from ..score.opdefs import OPS, Cudnn
 from .. import lowering as lowering_mod
 from ..lowering import BIG, MAX_INT_POW, Lowering, has_score, int_by_const, is_causal_cmp, refs_input
 
@@ -383,7 +383,7 @@ class Emitter:
             raise ValueError(f"no cuDNN emission for {op!r}")
         return style(self, e, row.cudnn)
 
-    # -- one method per emission style (te_compile.opdefs.Cudnn.style); ``c`` is the op's row's Cudnn
+    # -- one method per emission style (te_compile.score.opdefs.Cudnn.style); ``c`` is the op's row's Cudnn
     def _compare(self, e: ir.Expr, c: Cudnn) -> tuple[Any, str]:
         (a, ka), (b, kb) = self._emit(e.args[0]), self._emit(e.args[1])
         if e.args[0].op == "const":  # c < x  ==  x > c

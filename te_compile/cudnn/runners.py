@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
-from .. import ir
+from ..score import ir
 from ..layout import empty_like_layout
 from ..spec import AttentionSpec
 from .. import prefix

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.fx import Node
 
-from .. import ir
+from ..score import ir
 from ..reasons import DEVICE, DISTRIBUTED, NOT_ON_CUDNN, UNSUPPORTED_ARGS, Reason, category
 from ..spec import AttentionSpec
 from .find import AttentionSite, example_value

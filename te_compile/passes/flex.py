@@ -9,7 +9,7 @@ A served flex call becomes
 with ``spec.score`` / ``spec.mask_mod`` the translated ScoreExprs. ``decide`` runs the steps in
 order; each fills in the draft decision or raises ``Keep`` with a reason:
 
-1. ``translate_mods``: score_mod / mask_mod subgraphs -> simplified ScoreExprs (te_compile.ir)
+1. ``translate_mods``: score_mod / mask_mod subgraphs -> simplified ScoreExprs (te_compile.score.ir)
 2. ``fold_scale``: ``a * score + g`` moves ``a`` into the softmax scale, a negative scale's sign
    into the score_mod
 3. ``split_terms``: (b, h)-only terms become ``(in i)`` inputs; gathered additive terms a bias,
@@ -35,7 +35,8 @@ from typing import Any, Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from .. import alibi, env, intervals, ir
+from .. import alibi, env, intervals
+from ..score import ir
 from ..inserted import bh_input, materialize_bias, materialize_mask
 from ..reasons import (BLOCK_MASK, NEEDS_GRAD, NOT_EXACT, NOT_ON_CUDNN, SPARSE_MASK, TOO_LARGE, UNSUPPORTED_ARGS,
                        category)

@@ -1,4 +1,4 @@
-"""flex ``score_mod`` / ``mask_mod`` subgraph -> ScoreExpr (te_compile.ir), or a readable reason.
+"""flex ``score_mod`` / ``mask_mod`` subgraph -> ScoreExpr (te_compile.score.ir), or a readable reason.
 
 The Dynamo spelling of a subgraph differs between torch versions (``__eq__`` call_method on
 2.11, ``operator.eq`` on 2.13, kwargs vs args, ...), so the subgraph is first re-traced to
@@ -14,8 +14,8 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch.fx import GraphModule, Node
 
-from ..ir import Expr
-from ..opdefs import OPS, OpDef
+from ..score.ir import Expr
+from ..score.opdefs import OPS, OpDef
 from ..reasons import NOT_ON_CUDNN, UNSUPPORTED_ARGS, Reason
 
 aten = torch.ops.aten
@@ -49,7 +49,7 @@ def _overload(name: str) -> Any:
     return getattr(getattr(aten, packet), overload)
 
 
-#: aten overload -> the op it translates to one to one (each op's row in te_compile.opdefs lists them)
+#: aten overload -> the op it translates to one to one (each op's row in te_compile.score.opdefs lists them)
 _DIRECT: dict[Any, OpDef] = {_overload(t): row for row in OPS.values() for t in row.aten}
 _IDENTITY = {aten.clone.default, aten.detach.default, aten.alias.default, aten.lift_fresh_copy.default}
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",

@@ -1,8 +1,8 @@
 """The ScoreExpr tree itself: ``Expr``, its canonical text (``str(e)``, an s-expression) and ``parse``,
 and the folding constructors ``add`` / ``sub`` / ``mul`` / ``div`` / ``neg`` the derivative rules build with.
 
-What an op means (evaluation, kinds, derivative, cuDNN emission) is not here: te_compile.opdefs has one
-row per op, and te_compile.ir the analyses over whole expressions. This module knows only the shape of
+What an op means (evaluation, kinds, derivative, cuDNN emission) is not here: te_compile.score.opdefs has one
+row per op, and te_compile.score.ir the analyses over whole expressions. This module knows only the shape of
 the tree, so both can import it.
 """
 

@@ -1,4 +1,4 @@
-"""A readable, Python-like infix form of a score_mod / mask_mod ``Expr`` (the s-expression of ``te_compile.ir``).
+"""A readable, Python-like infix form of a score_mod / mask_mod ``Expr`` (the s-expression of ``te_compile.score.ir``).
 
     >>> from te_compile import ir
     >>> infix(ir.parse("(mul (tanh (div score 30.0)) 30.0)"))
@@ -19,7 +19,7 @@ an ``&`` inside a ``|``):
 * ``(in i)`` as ``in0``, ``in1``, ... (the i-th extra input, a (b, h) term computed by torch), and a
   captured tensor ``(buf i)`` read at ``(index (buf i) h q_idx)`` as ``buf0[h, q_idx]``.
 
-Each op's form (function, operator and precedence, ...) is its row's ``infix`` in te_compile.opdefs;
+Each op's form (function, operator and precedence, ...) is its row's ``infix`` in te_compile.score.opdefs;
 any other op prints as ``name(arg, ...)``. The result is a valid Python expression: with torch
 tensors for the leaves, ``in*`` / ``buf*`` and the functions above bound to their torch versions it
 evaluates to what ``ir.evaluate`` computes (``tests/test_infix.py`` checks that).
@@ -34,7 +34,7 @@ from . import opdefs
 from .ir import Expr, kind_of
 from .opdefs import OPS, OpDef
 
-# Python's precedence levels (higher binds tighter; te_compile.opdefs defines them with the ops' forms)
+# Python's precedence levels (higher binds tighter; te_compile.score.opdefs defines them with the ops' forms)
 _CMP, _OR, _AND, _UNARY, _POW, _ATOM = opdefs.CMP, opdefs.OR, opdefs.AND, opdefs.UNARY, opdefs.POW, opdefs.ATOM
 
 __all__ = ["infix"]
@@ -146,7 +146,7 @@ def _function(row: OpDef, args: tuple[Expr, ...]):
     return _call(row.infix.text, args) if args else None
 
 
-#: te_compile.opdefs.Infix.form -> how it prints (None: the arguments do not fit the form)
+#: te_compile.score.opdefs.Infix.form -> how it prints (None: the arguments do not fit the form)
 _FORMS = {"minus": _minus, "not": _not, "logical": _logical, "operator": _operator, "power": _power,
           "function": _function}
 

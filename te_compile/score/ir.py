@@ -9,8 +9,8 @@ leaves ``score``, ``b``, ``h``, ``q_idx``, ``kv_idx`` and constants. It has
 * ``derivative``: d(expr)/d(score), symbolic, with light constant folding; cuDNN needs it as the
   ``score_mod_bprop`` (without one it silently uses 1).
 
-The tree, its text and ``parse`` live in te_compile.expr, and what each op means (its torch function,
-result kind, derivative rule) in its row of te_compile.opdefs; this module holds the analyses over
+The tree, its text and ``parse`` live in te_compile.score.expr, and what each op means (its torch function,
+result kind, derivative rule) in its row of te_compile.score.opdefs; this module holds the analyses over
 whole expressions and re-exports the tree's names, so ``ir.Expr`` / ``ir.parse`` are the IR's API.
 
 Integer index arithmetic follows torch: the index leaves are int32, ``div`` is true division

@@ -1,6 +1,6 @@
 """The ScoreExpr ops, one row each.
 
-An ``OpDef`` is everything te_compile knows about one op of the IR (te_compile.expr), and each module
+An ``OpDef`` is everything te_compile knows about one op of the IR (te_compile.score.expr), and each module
 reads the part it needs from it instead of keeping a table of its own:
 
 * ``aten``: the aten overloads that translate to it one to one (passes/score_mod.py; aten spellings
