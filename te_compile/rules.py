@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from . import prefix
+from .lowering import prefix
 from .cudnn import native
 from .layout import size_hints
-from .lowering import lower
+from .lowering.lower import lower
 from .reasons import SLOWER, Reason, rule_short
 from .spec import AttentionSpec
 

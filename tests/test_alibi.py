@@ -1,4 +1,4 @@
-"""ALiBi with cuDNN's own slopes under a causal mask: recognised at compile time (te_compile.alibi), lowered
+"""ALiBi with cuDNN's own slopes under a causal mask: recognised at compile time (te_compile.lowering.alibi), lowered
 to cuDNN's native ALiBi (use_alibi_mask + the causal band) only where it is exact."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import te_compile
-from te_compile import alibi
+from te_compile.lowering import alibi
 from te_compile.score import ir
-from te_compile import lowering
+from te_compile.lowering import lower as lowering
 
 CAUSAL = "(ge q_idx kv_idx)"
 ALIBI = "(add score (mul (in 0) (sub kv_idx q_idx)))"

@@ -174,7 +174,7 @@ def test_bottom_right_causal(score):
         return flex_attention(q, k, v, score_mod=SCORE_MODS[score], block_mask=bm, return_lse=True)
 
     report = _served_and_matches(fn, q, k, v, dout)
-    from te_compile.lowering import lower
+    from te_compile.lowering.lower import lower
     spec = report.decisions[0].spec
     assert (lower(spec, (L, S)).band == (None, S - L)) == (score == "none"), spec
 
@@ -197,7 +197,7 @@ def test_symmetric_window_is_a_native_band(name, mm, band):
         return flex_attention(q, k, v, block_mask=bm, return_lse=True)
 
     report = _served_and_matches(fn, q, k, v, dout)
-    from te_compile.lowering import lower
+    from te_compile.lowering.lower import lower
     assert lower(report.decisions[0].spec, (L, L)).band == band, report.decisions[0].spec
 
 
@@ -267,9 +267,9 @@ PREFIX_MASKS = {
 def test_prefix_lm_runs_as_two_native_calls(spelling, L, S, P, hkv, bshd, monkeypatch):
     """A prefix-LM mask (bidirectional over the first P keys, causal after them) on the graph path (the interval
     kernels off) runs as every query over the prefix keys plus the later queries over the later keys with native
-    causal, merged by lse (te_compile.prefix), and matches eager flex: out, lse, and q/k/v gradients with a loss that
+    causal, merged by lse (te_compile.lowering.prefix), and matches eager flex: out, lse, and q/k/v gradients with a loss that
     reads the lse too (the dlse path of both calls)."""
-    from te_compile import prefix
+    from te_compile.lowering import prefix
 
     monkeypatch.setenv("TE_COMPILE_INTERVALS", "0")
 
@@ -324,7 +324,7 @@ def _cudnn_alibi(heads: int):
 def test_alibi_causal_with_cudnn_slopes(heads, hkv, L, S):
     """ALiBi + causal whose slopes are cuDNN's: served by cuDNN's native ALiBi (use_alibi_mask) where queries
     and keys are as many, emitted otherwise; forward and backward match eager flex either way."""
-    from te_compile import lowering
+    from te_compile.lowering import lower as lowering
 
     g = torch.Generator(device="cuda").manual_seed(1)
     q = torch.randn(2, heads, L, 64, device="cuda", generator=g, dtype=torch.bfloat16)
@@ -347,7 +347,7 @@ def test_alibi_with_near_miss_slopes_uses_the_users_slopes(off):
     """Slopes 1e-3 (relative) off cuDNN's own are not served by native ALiBi (which would use cuDNN's slopes): the
     emitted score_mod uses the user's. The lse tells them apart (bf16 out cannot): eager float32 with cuDNN's slopes
     is >= 1e-3 away from eager with the user's (2.6e-3 here), te_compile within 3e-4 of the user's."""
-    from te_compile import lowering
+    from te_compile.lowering import lower as lowering
 
     heads, L = 16, 512
     g = torch.Generator(device="cuda").manual_seed(2)

@@ -120,7 +120,7 @@ def test_check_takes_a_float32_bias_next_to_half_precision_q_and_nothing_else():
     ("(ge (abs (sub q_idx kv_idx)) 64)", None),  # outside a window: not a band
 ])
 def test_native_band_recognition(mask, band):
-    from te_compile.lowering import lower
+    from te_compile.lowering.lower import lower
     assert lower(AttentionSpec(mask_mod=mask, source="flex")).band == band
     assert lower(AttentionSpec(mask_mod=mask, source="flex")).emitted == (band is None)
     # with a score_mod, cuDNN disables native masks: the mask goes inside the score_mod
@@ -173,9 +173,9 @@ def test_guard_lse_is_the_three_op_form():
 ])
 def test_prefix_split_recognition(L, S, mask, keys):
     """A prefix-LM mask splits into every query over the prefix keys (no mask) and the later queries over
-    the later keys (top-left causal, a native band) (te_compile.prefix)."""
-    from te_compile import prefix
-    from te_compile.lowering import lower
+    the later keys (top-left causal, a native band) (te_compile.lowering.prefix)."""
+    from te_compile.lowering import prefix
+    from te_compile.lowering.lower import lower
 
     spec = AttentionSpec(mask_mod=mask, source="flex")
     sp = prefix.split(spec, L, S)
@@ -189,7 +189,7 @@ def test_prefix_split_recognition(L, S, mask, keys):
 
 
 def test_emission_support_reasons():
-    from te_compile.lowering import lower
+    from te_compile.lowering.lower import lower
 
     def unsupported_reason(spec):
         return lower(spec).unsupported
@@ -222,7 +222,7 @@ def test_emission_support_reasons():
     ("(mul (tanh (div score 30.0)) 30.0)", "(ne q_idx kv_idx)", None),
 ])
 def test_mask_first_lowering(score, mask, want):
-    from te_compile.lowering import BIG, lower
+    from te_compile.lowering.lower import BIG, lower
     lw = lower(AttentionSpec(score=score, mask_mod=mask, source="flex"))
     mf = lw.mask_first
     assert (mf is None) == (want is None)
@@ -243,7 +243,7 @@ def test_mask_first_lowering(score, mask, want):
 ])
 def test_at_neg_inf(expr, want):
     from te_compile.score import ir
-    from te_compile.lowering import at_neg_inf
+    from te_compile.lowering.lower import at_neg_inf
     assert at_neg_inf(ir.parse(expr)) == want
     # cross-check with float arithmetic where the answer is a plain number
     env = {"score": torch.tensor(float("-inf")), "q_idx": torch.tensor(3), "kv_idx": torch.tensor(1),
@@ -259,7 +259,7 @@ def test_graph_structure_ignores_constant_values():
     """Specs that differ only in pass-by-value constants share one built cuDNN graph (cache key)."""
     from te_compile.cudnn.emit import structure as _structure
     from te_compile.cudnn.graphs import _graph_key
-    from te_compile.lowering import lower
+    from te_compile.lowering.lower import lower
 
     def constants(spec):
         return lower(spec).constants
@@ -301,7 +301,7 @@ def test_graph_structure_ignores_constant_values():
 def test_neg_inf_clamp(score, mask, clamp):
     """min(f(s), s + BIG) after a score_mod whose value at -inf is finite, in the emitted graph."""
     from te_compile.cudnn.emit import structure
-    from te_compile.lowering import BIG, lower
+    from te_compile.lowering.lower import BIG, lower
     lw = lower(AttentionSpec(score=score, mask_mod=mask, source="flex"), (128, 128))
     assert lw.ninf_clamp == clamp
     ops = [e[0] for e in structure(lw)]
@@ -319,7 +319,7 @@ def test_neg_inf_clamp(score, mask, clamp):
     ("(tanh score)", (128, 128), None),  # the clamp covers tile multiples
 ])
 def test_padded_tile_guard(score, lengths, guard):
-    from te_compile.lowering import lower
+    from te_compile.lowering.lower import lower
     lw = lower(AttentionSpec(score=score, source="flex", n_inputs=1 if "(in 0)" in score else 0), lengths)
     assert (None if lw.guard is None else str(lw.guard)) == guard
 
@@ -438,7 +438,7 @@ def test_an_op_on_inputs_and_constants_alone_gets_full_inputs_or_is_kept(score, 
     """By default a graph that would have an op with no full operand is emitted with its inputs broadcast first
     (served); without that (``full_inputs_where_needed=0``) the site is kept with the op named, and
     ``keep_broadcast_only=0`` serves it anyway (the diagnostic switch)."""
-    from te_compile import lowering
+    from te_compile.lowering import lower as lowering
     from te_compile.cudnn import emit
     q = torch.empty(2, 2, 200, 64, device="meta", dtype=torch.bfloat16)
     k = torch.empty(2, 1, 200, 64, device="meta", dtype=torch.bfloat16)
@@ -463,7 +463,7 @@ def test_an_op_on_inputs_and_constants_alone_gets_full_inputs_or_is_kept(score, 
 def test_full_inputs_leave_no_broadcast_only_op():
     """EmitOptions.full_inputs_where_needed: the crash's graph gets its captured input broadcast to the score's
     shape first, so no op has inputs and constants alone; the input is read only by that broadcast."""
-    from te_compile import lowering
+    from te_compile.lowering import lower as lowering
     from te_compile.cudnn import emit
     spec = AttentionSpec(impl="cudnn", scale=0.3, score=SQRT_ABS_PER_HEAD, n_inputs=1, source="flex")
     lw = lowering.lower(spec, (200, 200))
@@ -487,7 +487,7 @@ def test_full_inputs_leave_no_broadcast_only_op():
 def test_which_per_head_forms_get_full_inputs(score, has_op):
     """Only the forms that would have an op with no full operand pay for the broadcast; the others are emitted
     as before."""
-    from te_compile import lowering
+    from te_compile.lowering import lower as lowering
     from te_compile.cudnn import emit
     lw = lowering.lower(AttentionSpec(impl="cudnn", score=score, n_inputs=1, source="flex"), (256, 256))
     assert emit.inputs_full(lw) is has_op

@@ -60,7 +60,7 @@ def _spec_of(expr: str):
                                   "score * (score + 1)", "score + (q_idx - q_idx)", "torch.minimum(-score, score)"])
 def test_no_op_gets_one_tensor_twice(expr):
     """Every op of the emitted score_mod and bprop has distinct operands (EmitOptions.distinct_operands)."""
-    from te_compile import lowering
+    from te_compile.lowering import lower as lowering
     from te_compile.cudnn import emit
     spec = _spec_of(expr)
     assert spec is not None, f"{expr} was not served on the reference target"
@@ -74,7 +74,7 @@ def test_no_op_gets_one_tensor_twice(expr):
 
 def test_distinct_operands_off_repeats_the_operand():
     """The check above can fail: with the option off, score * score is mul(score, score)."""
-    from te_compile import lowering
+    from te_compile.lowering import lower as lowering
     from te_compile.cudnn import emit
     spec = _spec_of("score * score")
     old = lowering.set_options(distinct_operands=False)
@@ -92,7 +92,7 @@ def test_distinct_operands_off_repeats_the_operand():
 def test_raw_score_has_one_consumer(expr):
     """cuDNN's score tensor feeds exactly one op, an identity (EmitOptions.score_identity), in the forward and
     the backward transcript, at a ragged length (the padded-tile guard reads the score's shape too)."""
-    from te_compile import lowering
+    from te_compile.lowering import lower as lowering
     from te_compile.cudnn import emit
     spec = _spec_of(expr)
     assert spec is not None, f"{expr} was not served on the reference target"
@@ -103,7 +103,7 @@ def test_raw_score_has_one_consumer(expr):
 
 def test_score_identity_off_reads_the_raw_score_in_several_ops():
     """The check above can fail: with the option off, score ** 3 reads the raw score in several ops."""
-    from te_compile import lowering
+    from te_compile.lowering import lower as lowering
     from te_compile.cudnn import emit
     spec = _spec_of("score ** 3")
     old = lowering.set_options(score_identity=False)

@@ -1,4 +1,4 @@
-"""te_compile.intervals: mask_mods as per-row key intervals, checked element by element against the mask_mod itself
+"""te_compile.lowering.intervals: mask_mods as per-row key intervals, checked element by element against the mask_mod itself
 (evaluated by torch over every (b, q, kv)), for the masks people train with and for random compositions."""
 
 import random
@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from te_compile import intervals
+from te_compile.lowering import intervals
 
 from te_compile.score import ir
 from te_compile.score.expr import Expr

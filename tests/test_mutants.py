@@ -21,13 +21,13 @@ def test_the_docs_list_the_tools_mutants():
 
 def test_a_run_scores_kills_and_survivors_and_leaves_the_checkout_alone():
     sel = ("tests/test_alibi.py", "-k", "cudnn_slopes_follow_the_alibi_recipe")
-    path = os.path.join(ROOT, "te_compile", "alibi.py")
+    path = os.path.join(ROOT, "te_compile", "lowering", "alibi.py")
     with open(path) as f:
         before = f.read()
-    killed = mutants.Mutant("slopes", "te_compile/alibi.py", "-8.0 * (h + 1) / n", "-8.0 * h / n", sel, "")
-    survives = mutants.Mutant("comment", "te_compile/alibi.py", "(float32 rounding of the user's formula)",
+    killed = mutants.Mutant("slopes", "te_compile/lowering/alibi.py", "-8.0 * (h + 1) / n", "-8.0 * h / n", sel, "")
+    survives = mutants.Mutant("comment", "te_compile/lowering/alibi.py", "(float32 rounding of the user's formula)",
                               "(float32 rounding)", sel, "")
-    stale = mutants.Mutant("stale", "te_compile/alibi.py", "no such text", "", sel, "")
+    stale = mutants.Mutant("stale", "te_compile/lowering/alibi.py", "no such text", "", sel, "")
     out = io.StringIO()
     assert mutants.run([killed, survives, stale], 300, out=out) == 1
     lines = out.getvalue().splitlines()

@@ -107,7 +107,7 @@ def test_row_translates_and_evaluates(name):
     assert ir.kind_of(node) == _kind(ir.evaluate(node, env)), str(node)
     _check_kind_on_integers(name, env)
     # the value where the score is -inf: "nan" means only "not known to be a number"
-    from te_compile.lowering import at_neg_inf
+    from te_compile.lowering.lower import at_neg_inf
     at = at_neg_inf(node)
     v = ir.evaluate(node, _env(torch.full((B, H, L, S), float("-inf"), dtype=torch.float64))).double()
     if at == "fin":
@@ -185,7 +185,7 @@ def test_row_infix_means_the_same(name):
 def test_row_cudnn_emission(name):
     import cudnn
     from te_compile.cudnn.emit import structure
-    from te_compile.lowering import lower
+    from te_compile.lowering.lower import lower
 
     row, e = OPS[name], _translated(name)
     lw = lower(AttentionSpec(score=str(e), source="flex"), (128, 128))

@@ -1,4 +1,4 @@
-"""The prefix-LM split (te_compile.prefix) is exact: its two calls and lse merge, run on the reference
+"""The prefix-LM split (te_compile.lowering.prefix) is exact: its two calls and lse merge, run on the reference
 math in float64, give the full prefix-LM mask's out, lse and gradients (dout and dlse), checked against float64
 dense attention differentiated by autograd (the GPU test runs the split on cuDNN)."""
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from te_compile import reference
-from te_compile import prefix
+from te_compile.lowering import prefix
 from te_compile.spec import AttentionSpec
 
 

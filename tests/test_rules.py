@@ -264,7 +264,7 @@ def test_default_policy_comes_from_the_environment(monkeypatch):
 
 
 def test_prefix_lm_split_is_checked_and_kept_for_speed():
-    """A prefix-LM mask is a two-call split on cuDNN (te_compile.prefix): the support check validates
+    """A prefix-LM mask is a two-call split on cuDNN (te_compile.lowering.prefix): the support check validates
     those two graphs, and its rule keeps the site below 8192 tokens, with or without CUDA graphs."""
     from te_compile.cudnn.check import check
 

@@ -100,9 +100,9 @@ def test_cycle_detector_finds_a_cycle():
 #: are one unit each (their modules import each other freely); top-level modules are units of their own.
 LAYERS = [
     # the language of a site: expressions, specs, reasons, layouts, the exact math, warnings
-    {"score", "spec", "layout", "reasons", "fxcopy", "cli_parser", "user_warnings", "alibi",
+    {"score", "spec", "layout", "reasons", "fxcopy", "cli_parser", "user_warnings",
      "reference", "blockmask", "install", "stale_outputs", "verify", "env", "compile_stats"},
-    {"lowering", "prefix", "intervals"},  # what cuDNN computes for a site: its lowering, the prefix-LM split, key intervals
+    {"lowering"},  # what cuDNN computes for a site: its lowering, ALiBi, the prefix-LM split, key intervals
     {"cudnn"},  # what talks to cuDNN
     {"kernels", "ops", "inserted", "passes", "rules", "direct"},  # the ops, the graph passes, the default decision
     {"tuning"},  # measured decisions (the pieces backend uses)

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from te_compile import lowering
+from te_compile.lowering import lower as lowering
 from te_compile.cudnn.workarounds import WORKAROUNDS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

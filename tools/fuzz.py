@@ -718,7 +718,7 @@ def _emission_crash(c: Case, decisions: list) -> str:
     """On CPU: emit each served flex site's cuDNN score_mod / bprop onto a recording graph (what the
     GPU would run at graph build); an exception there is a run-time crash on CUDA."""
     try:
-        from te_compile import lowering
+        from te_compile.lowering import lower as lowering
         from te_compile.cudnn import emit
     except Exception:  # noqa: BLE001 - no cuDNN frontend here: nothing to check
         return ""
@@ -748,7 +748,7 @@ def emission_digest(c: Case, decisions: list) -> list:
         item = {"spec": d.spec.key()}
         if d.site.kind == "flex":
             try:
-                from te_compile import lowering
+                from te_compile.lowering import lower as lowering
                 from te_compile.cudnn import emit
                 lw = lowering.lower(dataclasses.replace(d.spec, impl="cudnn"), (c.L, c.S), heads=c.H)
                 rec = (lw.unsupported, lw.band, lw.emitted, str(lw.deriv), str(lw.guard), lw.constants,
@@ -929,7 +929,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--resume", type=int, default=0, help=argparse.SUPPRESS)  # a worker: skip this many shard cases
     p.add_argument("--case", default="", help="run one case given as JSON (from a reproducer)")
     p.add_argument("--emit", action="append", default=[],
-                   help="NAME=value: a cuDNN emission option (te_compile.lowering.EmitOptions) for this "
+                   help="NAME=value: a cuDNN emission option (te_compile.lowering.lower.EmitOptions) for this "
                         "run, e.g. kv_guard=0 or const_mode=scalar")
     p.add_argument("--cpu-dtype", default="float64", choices=("float64", "bfloat16"),
                    help="the CPU run's dtype: float64 (exact) or bfloat16 (against eager float32, the CUDA tolerance)")
@@ -982,13 +982,13 @@ def _emit_options(pairs: list[str]) -> None:
 
     if not pairs:
         return
-    from te_compile import lowering
+    from te_compile.lowering import lower as lowering
 
     changes = {}
     for p in pairs:
         name, value = p.split("=", 1)
         if name not in {f.name for f in dataclasses.fields(lowering.EmitOptions)}:
-            raise SystemExit(f"--emit: no emission option {name!r} (te_compile.lowering.EmitOptions)")
+            raise SystemExit(f"--emit: no emission option {name!r} (te_compile.lowering.lower.EmitOptions)")
         try:
             changes[name] = ast.literal_eval(value)
         except (ValueError, SyntaxError):

@@ -24,9 +24,10 @@ from ..score import ir
 from ..layout import concrete as _concrete, contiguous_strides, like_layout_strides
 from ..reasons import NOT_EXACT, NOT_ON_CUDNN, Reason
 from ..spec import AttentionSpec
-from .. import compile_stats, prefix
+from .. import compile_stats
+from ..lowering import prefix
 from . import versions
-from ..lowering import lower
+from ..lowering.lower import lower
 
 #: largest head dim cuDNN's sm90 SDPA serves forward *and* backward (cuDNN 9.x)
 MAX_HEAD_DIM = 256

@@ -17,7 +17,7 @@ Each op is emitted by the method of its row's emission style (``te_compile.score
 compare, ...), which calls the row's pointwise op; the leaves, constants and casts are emitted here.
 
 Mask first, the padded-tile guard, the constants and what is emitted at all are decided in
-te_compile.lowering (the ``Lowering`` record); this module only emits.
+te_compile.lowering.lower (the ``Lowering`` record); this module only emits.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import cudnn
 
 from ..score import ir
 from ..score.opdefs import OPS, Cudnn
-from .. import lowering as lowering_mod
-from ..lowering import BIG, MAX_INT_POW, Lowering, has_score, int_by_const, is_causal_cmp, refs_input
+from ..lowering import lower as lowering_mod
+from ..lowering.lower import BIG, MAX_INT_POW, Lowering, has_score, int_by_const, is_causal_cmp, refs_input
 
 _I32, _F32, _BOOL = cudnn.data_type.INT32, cudnn.data_type.FLOAT, cudnn.data_type.BOOLEAN
 _AXES = {"b": 0, "q_idx": 2, "kv_idx": 3}

@@ -1,6 +1,6 @@
 """cuDNN's interval-mask attention kernels (the frontend's ``cudnn.flex_attention``) behind te_compile's ops.
 
-A flex site whose mask_mod is a per-row union of key intervals (te_compile.intervals) and that has no score_mod or
+A flex site whose mask_mod is a per-row union of key intervals (te_compile.lowering.intervals) and that has no score_mod or
 bias can run on these kernels (SM90 / SM100 / SM103, CuTe DSL): they skip every tile outside the intervals, which
 the graph SDPA does only for bands. This module and te_compile.cudnn.flexlaunch are the only ones that touch
 ``cudnn.flex_attention``: the plan builder (public) here, the compiled kernels' launches there (private), and the
@@ -33,7 +33,8 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from .. import intervals, user_warnings
+from .. import user_warnings
+from ..lowering import intervals
 from . import flexlaunch, native
 from ..layout import like_layout_strides
 from ..spec import AttentionSpec

@@ -35,7 +35,7 @@ import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 from ..layout import like_layout_strides
 from ..spec import AttentionSpec
 from .emit import Emitter, inputs_full, structure
-from ..lowering import Lowering, lower
+from ..lowering.lower import Lowering, lower
 
 log = logging.getLogger("te_compile")
 

@@ -10,7 +10,7 @@ later call is the per-call checks that really depend on the data, the allocation
 Runners:
 * ``Direct``: one cuDNN graph on the call's own tensors. The native call path (te_compile.native) runs
   these in C++ from ``native_info()``.
-* ``Prefix``: the prefix-LM split (te_compile.prefix): two calls of their own runners and a merge.
+* ``Prefix``: the prefix-LM split (te_compile.lowering.prefix): two calls of their own runners and a merge.
 * ``General``: an operand cuDNN cannot take as it is (a broadcast or unaligned bias, a non-float32 (in i)
   input, a strided or unaligned q / k / v, a dlse): each call copies what it must, then launches.
 
@@ -34,9 +34,9 @@ from torch import Tensor
 from ..score import ir
 from ..layout import empty_like_layout
 from ..spec import AttentionSpec
-from .. import prefix
+from ..lowering import prefix
 from . import graphs
-from ..lowering import lower
+from ..lowering.lower import lower
 
 
 # --------------------------------------------------------------------------- fully-masked rows
@@ -108,7 +108,7 @@ def fill_empty_rows(out: Tensor, lse: Tensor, rows: Optional[Tensor], bias: Opti
 def may_have_empty_rows(spec: AttentionSpec, L: int, S: int, has_bias: bool) -> bool:
     """Can a query row of this call have every key masked (lse = -inf)? Not with no mods and no bias, nor
     with a mask_mod that cuDNN's native band serves alone: that band always holds the diagonal (or, causal,
-    every key up to it) and exists only for L <= S when it has a left bound (te_compile.lowering)."""
+    every key up to it) and exists only for L <= S when it has a left bound (te_compile.lowering.lower)."""
     if not (spec.mask_mod or spec.score or has_bias):
         return False
     lw = lower(spec, (L, S))

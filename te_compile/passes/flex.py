@@ -35,7 +35,8 @@ from typing import Any, Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from .. import alibi, env, intervals
+from .. import env
+from ..lowering import alibi, intervals
 from ..score import ir
 from ..inserted import bh_input, materialize_bias, materialize_mask
 from ..reasons import (BLOCK_MASK, NEEDS_GRAD, NOT_EXACT, NOT_ON_CUDNN, SPARSE_MASK, TOO_LARGE, UNSUPPORTED_ARGS,
@@ -326,7 +327,7 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
 
 def interval_path(site: AttentionSite, mods: _Mods, score: ir.Expr, scale: Any, target: str,
                   checker: Optional[Checker], d: Decision, q, k, v) -> Optional[Decision]:
-    """Serve the site on cuDNN's interval-mask kernels (te_compile.intervals) when its mask_mod is a union of key
+    """Serve the site on cuDNN's interval-mask kernels (te_compile.lowering.intervals) when its mask_mod is a union of key
     intervals that the graph SDPA cannot skip tiles for (documents, prefix-LM, sink + local; a native band stays on
     the graph path), with no score_mod; None to go on with the graph path (which may keep the site)."""
     if env.value("TE_COMPILE_INTERVALS") == "0":  # read at compile time
@@ -360,7 +361,7 @@ def interval_path(site: AttentionSite, mods: _Mods, score: ir.Expr, scale: Any, 
 
 def _native_band(mask: ir.Expr) -> bool:
     """The mask is a band the graph SDPA serves natively (causal, sliding windows): it skips those tiles itself."""
-    from ..lowering import diagonal_bounds
+    from ..lowering.lower import diagonal_bounds
 
     return diagonal_bounds(mask) != (None, None)
 

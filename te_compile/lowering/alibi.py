@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .score import ir
+from ..score import ir
 
 #: relative tolerance of a slope against cuDNN's (float32 rounding of the user's formula)
 SLOPE_RTOL = 1e-6

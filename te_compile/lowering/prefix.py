@@ -31,10 +31,10 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from .score import ir
-from .layout import empty_like_layout
-from .spec import AttentionSpec
-from .lowering import diagonal_bounds, linear_in_indices
+from ..score import ir
+from ..layout import empty_like_layout
+from ..spec import AttentionSpec
+from .lower import diagonal_bounds, linear_in_indices
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,9 +30,9 @@ import math
 from typing import Optional
 
 from . import alibi
-from .score import ir
-from .score.opdefs import OPS, Cudnn, NotOnCudnn
-from .spec import AttentionSpec
+from ..score import ir
+from ..score.opdefs import OPS, Cudnn, NotOnCudnn
+from ..spec import AttentionSpec
 
 #: integer powers up to this magnitude are emitted as products (cuDNN's pow of a negative base is
 #: NaN even for integer exponents: pow(score * c, 2) gave NaN)
@@ -118,7 +118,7 @@ class Lowering:
     constants: tuple[float, ...]
     #: emit ``min(f(s), s + BIG)`` after the score_mod (no mask-first emission; ``EmitOptions.ninf_clamp``)
     ninf_clamp: bool = False
-    #: cuDNN's native ALiBi (``use_alibi_mask``) with the causal ``band`` serves the mods (te_compile.alibi);
+    #: cuDNN's native ALiBi (``use_alibi_mask``) with the causal ``band`` serves the mods (te_compile.lowering.alibi);
     #: nothing is emitted and the slope input is not read
     alibi: bool = False
 

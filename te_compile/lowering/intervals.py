@@ -30,8 +30,8 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from .score import ir
-from .score.expr import Expr
+from ..score import ir
+from ..score.expr import Expr
 
 #: the most intervals per row te_compile derives (nfunc <= 2 * MAX_INTERVALS + 1)
 MAX_INTERVALS = 4
