@@ -128,7 +128,7 @@ def _row(name: str, shape: tuple, variant: str, host: float, fn: Callable, log, 
 
 def _through_inductor(backend: Callable) -> Callable:
     """``backend`` with te_compile's direct call of a graph of only its ops turned off while it compiles
-    (``TE_COMPILE_DIRECT=0``, te_compile.direct): the graph goes through Inductor as any other."""
+    (``TE_COMPILE_DIRECT=0``, te_compile.runtime.direct): the graph goes through Inductor as any other."""
     def compile_(*args, **kwargs):
         saved = os.environ.get("TE_COMPILE_DIRECT")
         os.environ["TE_COMPILE_DIRECT"] = "0"

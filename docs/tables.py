@@ -234,7 +234,7 @@ def _host_time_block(path: str, link_prefix: str) -> list[str]:
     summary = [f"With replays the te op costs less host time than aten's cuDNN SDPA op in {op_wins} of {2 * len(ops)} "
                f"calls (forward and backward)."]
     if not any("through Inductor" in r["call"] for r in data["rows"]):
-        summary.append("This run predates te_compile's direct call of a graph of only its ops (te_compile.direct): "
+        summary.append("This run predates te_compile's direct call of a graph of only its ops (te_compile.runtime.direct): "
                        "its compiled calls went through Inductor.")
     for kind, title in COMPILED_KINDS:
         names = tuple((call.format(kind=kind), label) for call, label in COMPILED_ROWS)
@@ -1070,7 +1070,7 @@ def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
 
 #: the default policy against the better of serve="always" and plain torch.compile, per shape (JSON files of one
 #: shape: one process each, in the order they ran); 2x16x4096x128 is the README headline's run (the same command with
-#: --flash, after te_compile.direct landed)
+#: --flash, after te_compile.runtime.direct landed)
 DEFAULT_SWEEPS = ((HEADLINE,),) + tuple(tuple(f"docs/data/sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in shape)
                                         for shape in (("1x32x4096x128x8",), ("8x16x1024x64",),
                                                       ("1x16x16384x128-part1", "1x16x16384x128-part2")))

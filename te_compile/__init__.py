@@ -9,13 +9,13 @@
 
 from __future__ import annotations
 
-from . import ops  # noqa: F401  (registers torch.ops.te_compile.*)
+from .runtime import ops  # noqa: F401  (registers torch.ops.te_compile.*)
 from .backend import backend, compile, te_compile_backend  # noqa: A004
 from .explain import Report, explain
-from .kernels import runtime_fallbacks
+from .runtime.kernels import runtime_fallbacks
 from .spec import AttentionSpec
 from .autotune import tune
-from .verify import VerificationError
+from .runtime.verify import VerificationError
 
 __version__ = "0.1.0"
 __all__ = ["backend", "compile", "te_compile_backend", "explain", "tune", "Report", "AttentionSpec",

@@ -25,7 +25,7 @@ from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
 from . import compile_stats, stale_outputs, tuning, user_warnings
 from .tuning import graph_ab
-from .direct import direct_callable
+from .runtime.direct import direct_callable
 from .fxcopy import copy_graph, copy_module
 from .report import GraphReport, Report, record
 
@@ -271,7 +271,7 @@ def _decide(gm: GraphModule, original: torch.fx.Graph, example_inputs: list[Any]
 
 
 def _direct(gm: GraphModule, options: Options, inductor_config: Optional[dict], graphs_on: bool) -> Optional[Callable]:
-    """The rewritten graph called directly when it holds only te_compile's ops (te_compile.direct), for
+    """The rewritten graph called directly when it holds only te_compile's ops (te_compile.runtime.direct), for
     Inductor with no mode or options and no CUDA graphs; None otherwise."""
     if options.inner != "inductor" or inductor_config or graphs_on:
         return None

@@ -3,7 +3,7 @@
 They run as ordinary torch ops (Inductor fuses them with their producers; autograd carries
 gradients through them): a bool mask as a 0/-inf bias, a flex term of (b, h, captured tensors)
 as a small float32 input of the op, an additive gathered score_mod term or a gathering mask_mod
-materialized as a bias. The passes import this module, never ``te_compile.ops``.
+materialized as a bias. The passes import this module, never ``te_compile.runtime.ops``.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def materialize_mask(q: Tensor, k: Tensor, term: str, qb: int, kb: int, kv_num: 
     (unlisted blocks are masked). So any BlockMask, hand-built or not, gives flex's answer.
 
     Inserted by the flex rewrite; never needs a gradient."""
-    from .blockmask import listed_blocks
+    from .runtime.blockmask import listed_blocks
 
     env = {**reference.index_env(q, k), "bufs": list(bufs)}
     keep = ir.evaluate(ir.parse(term), env).to(torch.bool)

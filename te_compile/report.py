@@ -31,7 +31,7 @@ class GraphReport:
     cudnn: str = ""
     #: which call path runs the graph's cuDNN sites: "on" (native, C++) or "off: <why>"; "" when none runs on cuDNN
     native: str = ""
-    #: the graph holds only te_compile's ops and is called without Inductor (te_compile.direct)
+    #: the graph holds only te_compile's ops and is called without Inductor (te_compile.runtime.direct)
     direct: bool = False
 
 

@@ -58,7 +58,7 @@ class AttentionSpec:
     #: cuDNN's interval-mask kernels serve the mask_mod (te_compile.lowering.intervals, te_compile.cudnn.flexkernel): the
     #: mask_mod reads the op's ``n_inputs`` extra inputs as its captured tensors ``(buf i)``; no score_mod, no bias
     intervals: bool = False
-    #: compare with the reference math on the first call of each configuration (te_compile.verify)
+    #: compare with the reference math on the first call of each configuration (te_compile.runtime.verify)
     verify: bool = False
 
     def __post_init__(self) -> None:

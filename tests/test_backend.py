@@ -108,7 +108,7 @@ def test_ops_are_recordable_in_cuda_graphs_unless_opted_out():
 
     for op in (torch.ops.te_compile.attn_fwd.default, torch.ops.te_compile.attn_bwd.default):
         assert torch.Tag.cudagraph_unsafe not in op.tags and torch.Tag.pt2_compliant_tag in op.tags
-    code = ("import torch, te_compile.ops; "
+    code = ("import torch, te_compile.runtime.ops; "
             "print(torch.Tag.cudagraph_unsafe in torch.ops.te_compile.attn_fwd.default.tags)")
     import os
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import te_compile
-from te_compile import verify
+from te_compile.runtime import verify
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

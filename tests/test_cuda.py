@@ -144,7 +144,7 @@ def test_dbias_only_when_needed_on_gpu():
 
 
 def test_verify_option_checks_cudnn_against_the_reference():
-    from te_compile import verify
+    from te_compile.runtime import verify
 
     form = FORMS_BY_NAME["float_bias_learned"]
     inputs = make_inputs(form, "cuda", torch.bfloat16, L=128)

@@ -7,7 +7,7 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import te_compile
-from te_compile import kernels
+from te_compile.runtime import kernels
 from te_compile.spec import AttentionSpec
 
 pytestmark = pytest.mark.cuda

@@ -264,7 +264,7 @@ def test_replays_off_executes_every_call():
 @pytest.mark.parametrize("name", ["sdpa_causal", "flex_none", "flex_softcap_causal", "flex_sliding_window"])
 def test_a_compiled_attention_alone_runs_without_inductor_and_matches_eager(name):
     """``torch.compile(attention)`` with Inductor: the served graph is te_compile's op alone, called directly
-    (te_compile.direct), its backward recorded by the op's own autograd; forward and gradients against eager
+    (te_compile.runtime.direct), its backward recorded by the op's own autograd; forward and gradients against eager
     float32, over repeated calls (replays), and the calls run in C++."""
     L = 1000
     if name == "sdpa_causal":

@@ -1,4 +1,4 @@
-"""A graph of only te_compile's ops is called without Inductor (te_compile.direct): which graphs qualify, and that
+"""A graph of only te_compile's ops is called without Inductor (te_compile.runtime.direct): which graphs qualify, and that
 the direct call gives eager's output and gradients."""
 
 import operator
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch.fx import Graph, GraphModule
 
 import te_compile
-from te_compile.direct import attention_only, direct_callable
+from te_compile.runtime.direct import attention_only, direct_callable
 from te_compile.report import Report, record_reports
 from te_compile.spec import AttentionSpec
 

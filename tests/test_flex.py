@@ -280,7 +280,7 @@ def test_lse_is_log2_at_the_hop_boundary():
 
 
 def test_block_mask_is_checked_once_per_block_mask():
-    from te_compile.blockmask import verified
+    from te_compile.runtime.blockmask import verified
 
     bm = create_block_mask(MASK_MODS["causal"], 1, 1, L, L, device="cpu", BLOCK_SIZE=8)
 

@@ -250,7 +250,7 @@ def test_the_edited_block_mask_class_judges_by_flex_block_semantics(edit, backen
     """The fuzzer's hand-edited BlockMask class (tools/fuzz_blockmask.py): te_compile refuses the edited BlockMask
     (kept at compile time, a RuntimeError at run time); with the BlockMask check switched off the class reports the
     served answer as wrong (it compares with flex's block semantics, not with mask_mod element-wise)."""
-    from te_compile import blockmask
+    from te_compile.runtime import blockmask
 
     case = _edited_block_mask_case(edit)
     outcome, detail, _ = fuzz.compare(case, "cpu", backend)

@@ -56,7 +56,7 @@ def test_results_say_when_a_served_site_ran_the_reference_fallback(monkeypatch, 
     how many of its calls ran the reference math, so a wrong answer tells which implementation gave it."""
     import io
 
-    from te_compile import kernels
+    from te_compile.runtime import kernels
     from te_compile.spec import AttentionSpec
     key = AttentionSpec(mask="causal").key()
 
@@ -84,7 +84,7 @@ def test_results_say_when_a_served_site_ran_the_reference_fallback(monkeypatch, 
 
 def test_runtime_fallbacks_lists_sites_with_calls_and_reason():
     import te_compile
-    from te_compile import kernels
+    from te_compile.runtime import kernels
     from te_compile.spec import AttentionSpec
     key = AttentionSpec(mask="causal", scale=0.2).key()
     with warnings.catch_warnings():

@@ -158,7 +158,7 @@ def test_double_backward_is_refused_not_silently_wrong():
 def test_autograd_kernel_reads_the_backward_tensors_from_the_schema():
     """The Autograd kernel of attn_bwd finds its tensor arguments by the schema's positions, so a schema change
     cannot leave it checking the wrong arguments for requires_grad."""
-    from te_compile import ops
+    from te_compile.runtime import ops
 
     schema = ops._bwd_op._schema
     names = [a.name for a in schema.arguments]

@@ -143,7 +143,7 @@ def test_the_wheel_holds_the_package_only(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     (wheel,) = tmp_path.glob("te_compile-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "te_compile/cudnn/csrc/native_attn.cpp" in names and "te_compile/kernels.py" in names
+    assert "te_compile/cudnn/csrc/native_attn.cpp" in names and "te_compile/runtime/kernels.py" in names
     outside = {n.split("/")[0] for n in names} - {"te_compile", f"{wheel.name.split('-')[0]}-{wheel.name.split('-')[1]}.dist-info"}
     assert not outside, outside
     assert not [n for n in names if "fuzz" in n or "peers" in n or "distributed" in n], names

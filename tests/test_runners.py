@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from te_compile import kernels, ops
+from te_compile.runtime import kernels, ops
 from te_compile.cudnn import native, plan_blob, runners
 from te_compile.report import GraphReport, Report
 from te_compile.spec import AttentionSpec

@@ -101,10 +101,10 @@ def test_cycle_detector_finds_a_cycle():
 LAYERS = [
     # the language of a site: expressions, specs, reasons, layouts, the exact math, warnings
     {"score", "spec", "layout", "reasons", "fxcopy", "cli_parser", "user_warnings",
-     "reference", "blockmask", "install", "stale_outputs", "verify", "env", "compile_stats"},
+     "reference", "install", "stale_outputs", "env", "compile_stats"},
     {"lowering"},  # what cuDNN computes for a site: its lowering, ALiBi, the prefix-LM split, key intervals
     {"cudnn"},  # what talks to cuDNN
-    {"kernels", "ops", "inserted", "passes", "rules", "direct"},  # the ops, the graph passes, the default decision
+    {"runtime", "inserted", "passes", "rules"},  # the run-time op, the graph passes, the default decision
     {"tuning"},  # measured decisions (the pieces backend uses)
     {"backend", "report"},  # the torch.compile backend
     {"explain", "autotune", "model_check", "benchmark", "demo", "__main__", "__init__"},  # orchestration and CLI
@@ -146,7 +146,7 @@ def test_the_layer_check_sees_an_import_up():
 
 def test_passes_never_import_ops_or_cudnn():
     for p in (PKG / "passes").glob("*.py"):
-        bad = {i for i in _imports(p) if i in ("te_compile.ops", "te_compile.kernels") or i.startswith("te_compile.cudnn")}
+        bad = {i for i in _imports(p) if i in ("te_compile.runtime.ops", "te_compile.runtime.kernels") or i.startswith("te_compile.cudnn")}
         assert not bad, f"{p.name} imports {bad}"
 
 

@@ -843,7 +843,7 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
     short keeps what it did). On CUDA, a crash that leaves the context unusable (an illegal memory access is
     sticky: every later CUDA call fails) ends the run with exit code ``POISONED``; ``--jobs`` starts a fresh
     worker for the rest of the shard."""
-    from te_compile import kernels
+    from te_compile.runtime import kernels
 
     backend = _prepare(device)
     results = []

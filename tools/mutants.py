@@ -45,16 +45,16 @@ def _k(path: str, expr: str) -> tuple:
 
 
 MUTANTS = [
-    # ---- the BlockMask check (te_compile/blockmask.py) and the materialized mask's block semantics
-    Mutant("blockmask_full", "te_compile/blockmask.py",
+    # ---- the BlockMask check (te_compile/runtime/blockmask.py) and the materialized mask's block semantics
+    Mutant("blockmask_full", "te_compile/runtime/blockmask.py",
            "    if not torch.equal(listed_full.expand(shape), want_full.expand(shape)):", "    if False:",
            _k("tests/test_flex.py", "edited_full_blocks_is_refused"),
            "a BlockMask with a full block dropped, moved or added is served element-wise"),
-    Mutant("blockmask_partial", "te_compile/blockmask.py",
+    Mutant("blockmask_partial", "te_compile/runtime/blockmask.py",
            "    if not torch.equal(listed.expand(shape), want_partial.expand(shape)):", "    if False:",
            _k("tests/test_flex.py", "different_block_mask_at_run_time or hand_built_block_mask_is_kept"),
            "a BlockMask with partial blocks dropped is served element-wise"),
-    Mutant("blockmask_padding_kept", "te_compile/blockmask.py",
+    Mutant("blockmask_padding_kept", "te_compile/runtime/blockmask.py",
            "(0, pad_k, 0, pad_q)).bool()", "(0, pad_k, 0, pad_q), value=1).bool()",
            _k("tests/test_flex.py", "test_flex_matches_eager and none-causal"),
            "padding past the sequence end counted as attended: create_block_mask's own BlockMasks refused"),
@@ -126,13 +126,13 @@ MUTANTS = [
            "keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril()",
            "keep = torch.ones(L, S, dtype=torch.bool, device=s.device).tril(S - L)",
            _k("tests/test_reference.py", "cross_causal"), "is_causal bottom-right aligned (SDPA's is top-left)"),
-    # ---- the op's backward (te_compile/ops.py)
-    Mutant("op_dlse_dropped", "te_compile/ops.py", "ctx.spec, need_dbias, dlse)", "ctx.spec, need_dbias, None)",
+    # ---- the op's backward (te_compile/runtime/ops.py)
+    Mutant("op_dlse_dropped", "te_compile/runtime/ops.py", "ctx.spec, need_dbias, dlse)", "ctx.spec, need_dbias, None)",
            _k("tests/test_ops.py", "dlse_match_dense"), "lse's gradient dropped by the op"),
-    Mutant("op_dbias_dropped", "te_compile/ops.py", "        need_dbias = bias is not None and bool(nig[_BIAS])",
+    Mutant("op_dbias_dropped", "te_compile/runtime/ops.py", "        need_dbias = bias is not None and bool(nig[_BIAS])",
            "        need_dbias = False", _k("tests/test_dbias.py", "bias_grad_matches_eager"),
            "a learned bias gets no gradient"),
-    Mutant("op_captured_grads", "te_compile/ops.py", "        if any(nig[_EXTRA:]):", "        if False:",
+    Mutant("op_captured_grads", "te_compile/runtime/ops.py", "        if any(nig[_EXTRA:]):", "        if False:",
            _k("tests/test_ops.py", "captured_tensor_grads_are_refused"),
            "captured score_mod tensors that need a gradient silently get none"),
     # ---- dBias inference (te_compile/passes/grad.py, passes/flex.py)

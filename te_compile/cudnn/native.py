@@ -2,9 +2,9 @@
 
 With it on, a call of ``te_compile::attn_fwd`` / ``attn_bwd`` on CUDA tensors stays in C++: one lookup of
 the runner registered for its signature, the allocations, one execute of the cuDNN plan on PyTorch's current
-stream. Python runs only for a signature it does not hold yet (te_compile.kernels builds the runner, serves
+stream. Python runs only for a signature it does not hold yet (te_compile.runtime.kernels builds the runner, serves
 the call, and registers the runner here when it is one graph on the call's own tensors) and for calls that
-record autograd history (te_compile.ops's autograd.Function, as without it).
+record autograd history (te_compile.runtime.ops's autograd.Function, as without it).
 
 The C++ side uses only cuDNN's C API: the Python frontend builds each plan and serializes it
 (te_compile.cudnn.plan_blob reads what the variant pack needs), C++ loads the plan and executes it. A site on cuDNN's
@@ -23,7 +23,7 @@ Replays: a runner that sees the same pointers twice captures its execute into a 
 graph for those pointers from then on (one ``cudaGraphLaunch`` instead of cuDNN's execute, which costs several
 kernel launches of host time). ``TE_COMPILE_NATIVE_REPLAY=0`` or ``set_replay(False)`` turns them off.
 
-This module does not import the cuDNN frontend: te_compile.kernels asks ``active()`` on every call.
+This module does not import the cuDNN frontend: te_compile.runtime.kernels asks ``active()`` on every call.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ _module: Any = None
 _why_off: str = "not enabled yet"
 _tried = False
 _lock = threading.Lock()
-#: called with the extension when the native path turns on, with None when it turns off (te_compile.ops swaps
+#: called with the extension when the native path turns on, with None when it turns off (te_compile.runtime.ops swaps
 #: the ops' kernels)
 hooks: list[Callable[[Any], None]] = []
 
@@ -306,7 +306,7 @@ def _compile(name: str, cflags: list[str], ldflags: list[str], so: Path, logfile
           flush=True)
 
 
-# --------------------------------------------------------------------------- runners (called by te_compile.kernels)
+# --------------------------------------------------------------------------- runners (called by te_compile.runtime.kernels)
 
 def register(direction: str, args: tuple, info: dict) -> None:
     """Hand the runner of the call ``args`` (the op's arguments) to C++; a refusal leaves it to Python."""

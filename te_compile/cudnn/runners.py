@@ -1,6 +1,6 @@
 """A runner per call signature: what a repeated call of a te_compile op does on cuDNN, decided once.
 
-te_compile.kernels looks every CUDA call up by its signature (the spec, and each tensor's shape, strides,
+te_compile.runtime.kernels looks every CUDA call up by its signature (the spec, and each tensor's shape, strides,
 dtype, device and 16-byte alignment) and hands it to the runner built for it. On the first call of a
 signature, ``forward`` / ``backward`` here build that runner: everything that depends only on the
 signature is settled there (the graph, the prefix-LM split, which fully-masked rows need output 0 / lse

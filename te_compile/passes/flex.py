@@ -408,7 +408,7 @@ def _compile_time_block_check(mask: ir.Expr, inputs: list, q, k, blocks: "_Block
     reals = [_real(n) for n in blocks.nodes]
     if inputs or any(r is None for r in reals):
         return None  # checked at run time instead (the op checks each new BlockMask once)
-    from ..blockmask import mismatch
+    from ..runtime.blockmask import mismatch
 
     B, H, L, S = (int(x) for x in (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
     full = (reals[2], reals[3]) if blocks.full else (None, None)

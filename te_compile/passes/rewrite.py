@@ -77,7 +77,7 @@ def rewrite_graph(gm: GraphModule, target: str = "auto", checker: Optional[Check
     """Decide and apply for every site of ``gm``; returns the decisions in graph order.
 
     ``verify`` marks every rewritten site's spec so the op compares cuDNN with the reference on
-    the first call of each configuration (te_compile.verify)."""
+    the first call of each configuration (te_compile.runtime.verify)."""
     decisions = [decide(site, target, checker) for site in find_sites(gm.graph)]
     if verify:
         for d in decisions:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from ..direct import direct_callable
+from ..runtime.direct import direct_callable
 from ..fxcopy import copy_module
 from . import cache
 from .timing import Measurement, measure_pair, serve_on_cudnn, step, wall_timer

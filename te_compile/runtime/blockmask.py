@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from .score import ir
+from ..score import ir
 
 
 def listed_blocks(num: Tensor, idx: Tensor, nk: int) -> Tensor:
@@ -53,7 +53,7 @@ def mismatch(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: in
     nq, nk = -(-L // qb), -(-S // kb)
     if kv_num.shape[-1] != nq:
         return f"the BlockMask has {kv_num.shape[-1]} query blocks, the call needs {nq}"
-    from .reference import index_grids
+    from ..reference import index_grids
 
     grids = {**index_grids(B, H, L, S, device), "inputs": list(inputs), "bufs": list(inputs)}
     # a mask_mod that folds to a constant (``x | True``) evaluates to a CPU scalar: bring it to the blocks' device

@@ -1,4 +1,4 @@
-"""The kernels behind the te_compile ops (registered in te_compile.ops): CUDA and reference.
+"""The kernels behind the te_compile ops (registered in te_compile.runtime.ops): CUDA and reference.
 
 On CUDA a call is one lookup of the runner for its signature (the spec and each tensor's geometry;
 te_compile.cudnn.runners builds it on the signature's first call) and that runner's launch. A spec with
@@ -10,7 +10,7 @@ give the outputs' shapes, strides and dtypes for tracing.
 Naming: ``extra`` is the ops' tensor-list argument as the graph passes it: the ``(in i)`` inputs
 (``spec.n_inputs`` of them) followed by the BlockMask tensors (when ``spec.block_q``). The
 kernels split it into ``inputs`` (what cuDNN and the reference math read) and ``block`` (checked
-once per BlockMask, te_compile.blockmask.check_call).
+once per BlockMask, te_compile.runtime.blockmask.check_call).
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import blockmask, reference, user_warnings, verify
-from .cudnn import native
-from .layout import empty_like_layout
-from .spec import AttentionSpec
+from .. import reference, user_warnings
+from . import blockmask, verify
+from ..cudnn import native
+from ..layout import empty_like_layout
+from ..spec import AttentionSpec
 
 log = logging.getLogger("te_compile")
 
@@ -165,7 +166,7 @@ def _first_forward(q, k, v, bias, extra, spec):
         runner = _ReferenceForward(s, spec, None)
         out, lse = runner(q, k, v, bias, inputs)
     else:
-        from .cudnn import runners
+        from ..cudnn import runners
         _forget_with_graphs(runners.graphs)
         try:
             runner, (out, lse) = runners.forward(s, q, k, v, bias, inputs, _dispatch_forward)
@@ -240,7 +241,7 @@ def _first_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse
         runner = _ReferenceBackward(s, spec, need_dbias, None)
         grads = runner(dout, q, k, v, out, lse, bias, inputs, dlse)
     else:
-        from .cudnn import runners
+        from ..cudnn import runners
         _forget_with_graphs(runners.graphs)
         try:
             runner, grads = runners.backward(s, dout, q, k, v, out, lse, bias, need_dbias, inputs, dlse,
@@ -285,7 +286,7 @@ def _sig(t: Optional[Tensor]):
 
 class _Entry:
     """A signature's runner, its spec, and whether the native call path may still take it over (turning the path
-    on or off empties the runner maps: te_compile.ops)."""
+    on or off empties the runner maps: te_compile.runtime.ops)."""
 
     __slots__ = ("spec", "runner", "native_pending")
 

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from . import reference
+from .. import reference
 
 log = logging.getLogger("te_compile")
 

@@ -17,7 +17,7 @@
   which AOTAutograd evaluates while tracing, so the backward graph shows it as a literal.
 
 This module defines and registers the ops, their autograd and autocast kernels; the CUDA,
-reference and fake kernels are in te_compile.kernels.
+reference and fake kernels are in te_compile.runtime.kernels.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Optional
 
 import torch
 
-from . import env
-from .cudnn import native
+from .. import env
+from ..cudnn import native
 from .kernels import (attn_bwd_cuda, attn_bwd_fake, attn_bwd_reference, attn_fwd_cuda, attn_fwd_fake,
                       attn_fwd_reference, clear_runners)
-from .spec import AttentionSpec
+from ..spec import AttentionSpec
 
 
 # The ops are defined with torch.library.Library rather than @custom_op: same schema, fake

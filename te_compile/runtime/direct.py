@@ -5,7 +5,7 @@ an attention call give Dynamo a graph of one attention site. Once te_compile has
 the op and a ``getitem``: Inductor would compile nothing, yet each call would still pass through its
 wrappers (AOTAutograd's runtime wrapper, the compiled module's input checks and device guard) around the op.
 Called directly, the graph runs the op through the dispatcher, whose Autograd kernel records the backward
-(te_compile.ops) where an input requires a gradient, as AOTAutograd's would.
+(te_compile.runtime.ops) where an input requires a gradient, as AOTAutograd's would.
 
 A node no output depends on is dropped only where Inductor would drop it too: it reads no graph input (so
 it cannot mutate one) and is a pure tensor op (``_DROPPABLE``); flex's own empty-BlockMask construction, traced
@@ -23,7 +23,7 @@ from typing import Callable, Optional
 import torch
 from torch.fx import Graph, GraphModule, Node
 
-from . import env
+from .. import env
 
 
 def _is_te_op(target: object) -> bool:
