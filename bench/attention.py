@@ -1,8 +1,8 @@
-"""The benchmark lives in the package (``te_compile/benchmark.py``, also ``te-compile bench``)."""
+"""The benchmark lives in the package (``te_compile/cli/benchmark.py``, also ``te-compile bench``)."""
 
 import sys
 
-from te_compile.benchmark import main
+from te_compile.cli.benchmark import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -6,7 +6,7 @@
     te-compile bench [--suite sdpa|flex|all] ...    the GPU benchmark (needs CUDA)
 
 ``explain`` takes ``MODULE:FACTORY`` where FACTORY is a callable of no arguments that returns
-``(model_or_fn, args)`` or ``(model_or_fn, args, kwargs)``, e.g. ``te_compile.demo:example``.
+``(model_or_fn, args)`` or ``(model_or_fn, args, kwargs)``, e.g. ``te_compile.cli.demo:example``.
 
 Failures are one line on stderr: a usage error (an option or value the command does not take, an environment
 variable te_compile does not accept) exits 2; a failure while running (the user's code raised, no GPU for a command
@@ -26,7 +26,7 @@ import time
 import traceback
 from typing import Any, Callable, Optional
 
-from .cli_parser import Parser
+from .cli.cli_parser import Parser
 
 #: the subcommands and what each does (te-compile --help)
 COMMANDS = {
@@ -211,7 +211,7 @@ def _tune(argv: list[str]) -> int:
 
 
 def _bench(argv: list[str]) -> int:
-    from .benchmark import main as bench_main, parser
+    from .cli.benchmark import main as bench_main, parser
 
     parser().parse_args(argv)  # a usage error first (exit 2), then the GPU
     _needs_gpu("te-compile bench")
@@ -265,7 +265,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 def _run(command: str, rest: list[str]) -> int:
     if command == "demo":
-        from .demo import main as demo
+        from .cli.demo import main as demo
 
         return demo(rest)
     if command == "explain":

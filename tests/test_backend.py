@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import te_compile
 from te_compile.report import record_reports
-from te_compile.demo import main as demo_main
+from te_compile.cli.demo import main as demo_main
 
 
 def attn(q, k, v):

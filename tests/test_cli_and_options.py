@@ -69,11 +69,11 @@ def test_verify_compare_reports_figures():
 
 
 def test_cli_explain_table_and_json():
-    r = _cli("explain", "te_compile.demo:example", "--target", "reference")
+    r = _cli("explain", "te_compile.cli.demo:example", "--target", "reference")
     assert r.returncode == 0, r.stderr
     assert "3 attention site(s) in 1 graph(s): 0 on cuDNN, 3 on the reference kernel, 0 kept" in r.stdout
-    assert "compiling te_compile.demo:example" in r.stderr and "done in" in r.stderr
-    r = _cli("explain", "te_compile.demo:example", "--target", "reference", "--json")
+    assert "compiling te_compile.cli.demo:example" in r.stderr and "done in" in r.stderr
+    r = _cli("explain", "te_compile.cli.demo:example", "--target", "reference", "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["summary"]["reference"] == 3 and d["sites"][2]["dbias"].startswith("yes")
@@ -140,7 +140,7 @@ def _no_lines(report) -> str:
 
 class TestReportGoldens(expecttest.TestCase):
     def test_demo_model_report(self):
-        from te_compile.demo import example
+        from te_compile.cli.demo import example
         model, args = example()
         report = te_compile.explain(model, *args, target="reference")
         self.assertExpectedInline(_no_lines(report), """\
@@ -221,7 +221,7 @@ def test_make_test_cuda_fails_clearly_without_a_gpu():
 
 def test_cli_explain_mode_and_code():
     """`te-compile explain MODULE:FACTORY --mode reduce-overhead --code` (docs/README.md's command line)."""
-    r = _cli("explain", "te_compile.demo:example", "--target", "reference", "--mode", "reduce-overhead", "--code")
+    r = _cli("explain", "te_compile.cli.demo:example", "--target", "reference", "--mode", "reduce-overhead", "--code")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "3 attention site(s)" in r.stdout and "# graph 0" in r.stdout and "te_compile.attn_fwd" in r.stdout
 
@@ -230,7 +230,7 @@ def test_cli_explain_mode_and_code():
 def test_cli_tune_without_a_gpu_says_so(tmp_path):
     """Without a GPU there is nothing to measure: tune exits non-zero with one line; --list still lists the cache."""
     env = {"TE_COMPILE_CACHE_DIR": str(tmp_path)}
-    r = _cli("tune", "te_compile.demo:example", env=env)
+    r = _cli("tune", "te_compile.cli.demo:example", env=env)
     assert r.returncode == 1 and r.stderr.strip().splitlines() == [
         "te-compile tune: needs a CUDA GPU (torch.cuda.is_available() is False here): it measures kernels on the "
         "GPU it runs on"], r.stderr

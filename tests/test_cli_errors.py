@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from te_compile import benchmark, demo
+from te_compile.cli import benchmark, demo
 from te_compile.__main__ import COMMANDS, explain_parser, main, tune_parser
 
 
@@ -79,7 +79,7 @@ def test_a_missing_module(capsys):
 
 def test_a_bad_option_value(capsys):
     with pytest.raises(SystemExit) as e:
-        main(["explain", "te_compile.demo:example", "--mode", "bogus"])
+        main(["explain", "te_compile.cli.demo:example", "--mode", "bogus"])
     assert e.value.code == 2
     line = _one_line(capsys)
     assert line.startswith("te-compile explain: argument --mode: invalid choice: 'bogus'")
@@ -87,7 +87,7 @@ def test_a_bad_option_value(capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the message of a machine without a GPU")
-@pytest.mark.parametrize("argv,prog", [(["tune", "te_compile.demo:example"], "te-compile tune"),
+@pytest.mark.parametrize("argv,prog", [(["tune", "te_compile.cli.demo:example"], "te-compile tune"),
                                        (["bench", "--suite", "flex"], "te-compile bench")])
 def test_gpu_commands_without_a_gpu(argv, prog, capsys):
     assert main(argv) == 1
@@ -96,7 +96,7 @@ def test_gpu_commands_without_a_gpu(argv, prog, capsys):
 
 
 def test_explain_json_has_the_code_only_with_code(capsys):
-    args = ["explain", "te_compile.demo:example", "--target", "reference", "--json"]
+    args = ["explain", "te_compile.cli.demo:example", "--target", "reference", "--json"]
     assert main(args) == 0
     assert "code" not in json.loads(capsys.readouterr().out)
     assert main(args + ["--code"]) == 0

@@ -32,7 +32,7 @@ def test_demo_prints_one_report_and_no_warnings():
 
 
 def test_demo_restores_the_log_level():
-    from te_compile.demo import _quiet_site_logs
+    from te_compile.cli.demo import _quiet_site_logs
 
     log = logging.getLogger("te_compile")
     old = log.level

@@ -47,7 +47,7 @@ def test_the_speed_rules_decide_too():
 
 def test_the_command_line(capsys):
     from te_compile.__main__ import main
-    assert main(["explain", "te_compile.demo:example", "--for", "cuda"]) == 0
+    assert main(["explain", "te_compile.cli.demo:example", "--for", "cuda"]) == 0
     out = capsys.readouterr().out
     assert "decided for a CUDA GPU here" in out and "inputs on cpu" not in out
 
@@ -147,7 +147,7 @@ def test_train_and_infer_choose_the_step():
 def test_the_demo_models_report_for_a_gpu_fits_a_terminal(capsys):
     from te_compile.__main__ import main
     from te_compile.reasons import MAX_SHORT
-    assert main(["explain", "te_compile.demo:example", "--for", "cuda"]) == 0
+    assert main(["explain", "te_compile.cli.demo:example", "--for", "cuda"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert max(map(len, out)) <= 160, out
     reasons = [ln for ln in out if ln.startswith("   ") and not ln.startswith("   (")]

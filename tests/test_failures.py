@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from te_compile import demo, env
+from te_compile import env
+
+from te_compile.cli import demo
 from te_compile.__main__ import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,7 +56,7 @@ def test_every_variable_te_compile_reads_is_in_the_table():
     (["demo", "--device", "tpu"], "argument --device: 'tpu': the demo runs on cpu or cuda"),
     (["demo", "--seq", "0"], "argument --seq: '0': expected a whole number of at least 1"),
     (["demo", "--batch", "-2"], "argument --batch: '-2': expected a whole number of at least 1"),
-    (["explain", "te_compile.demo:example", "--train", "--infer"], "not allowed with argument"),
+    (["explain", "te_compile.cli.demo:example", "--train", "--infer"], "not allowed with argument"),
 ])
 def test_usage_errors_exit_2_with_one_line(argv, says, capsys):
     with pytest.raises(SystemExit) as e:

@@ -7,7 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from te_compile import benchmark, layout
+from te_compile import layout
+
+from te_compile.cli import benchmark
 
 from te_compile.score import expr
 from te_compile.passes import find, grad, rewrite, sdpa

@@ -100,14 +100,14 @@ def test_cycle_detector_finds_a_cycle():
 #: are one unit each (their modules import each other freely); top-level modules are units of their own.
 LAYERS = [
     # the language of a site: expressions, specs, reasons, layouts, the exact math, warnings
-    {"score", "spec", "layout", "reasons", "fxcopy", "cli_parser", "user_warnings",
+    {"score", "spec", "layout", "reasons", "fxcopy", "user_warnings",
      "reference", "install", "stale_outputs", "env", "compile_stats"},
     {"lowering"},  # what cuDNN computes for a site: its lowering, ALiBi, the prefix-LM split, key intervals
     {"cudnn"},  # what talks to cuDNN
     {"runtime", "inserted", "passes", "rules"},  # the run-time op, the graph passes, the default decision
     {"tuning"},  # measured decisions (the pieces backend uses)
     {"backend", "report"},  # the torch.compile backend
-    {"explain", "autotune", "model_check", "benchmark", "demo", "__main__", "__init__"},  # orchestration and CLI
+    {"explain", "autotune", "model_check", "cli", "__main__", "__init__"},  # orchestration and CLI
 ]
 
 

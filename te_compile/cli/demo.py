@@ -20,7 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .cli_parser import Parser
-from .reasons import SLOWER, category
+from ..reasons import SLOWER, category
 
 
 class Block(nn.Module):
@@ -93,7 +93,7 @@ def _time(fn: Callable[[], object], iters: int) -> float:
 
 
 def example() -> tuple:
-    """A factory for ``te-compile explain te_compile.demo:example``: a small TinyGPT and its input."""
+    """A factory for ``te-compile explain te_compile.cli.demo:example``: a small TinyGPT and its input."""
     torch.manual_seed(0)
     model = TinyGPT(seq=64, dim=128, heads=4)
     return model, (torch.randint(0, 512, (2, 64)),)
