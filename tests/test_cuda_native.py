@@ -291,3 +291,29 @@ def test_a_compiled_attention_alone_runs_without_inductor_and_matches_eager(name
     head = Report(list(graphs)).table().splitlines()[0]
     assert "1 on cuDNN" in head and "called without Inductor" in head, head
     assert _hits() - before == 2, (native.declined, native.stats())
+
+
+def test_a_failed_execute_warns_once_with_cudnns_status_and_the_call_still_matches_eager():
+    """An execute cuDNN refuses (forced through the test hook) surfaces once, with the status, and the runner is
+    not tried again: its calls go through Python and still return eager's numbers."""
+    L = 256
+    q, k, v = (torch.randn(1, H, L, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    compiled = torch.compile(lambda q, k, v: flex_attention(q, k, v, score_mod=_softcap),
+                             backend=te_compile.backend(inner="aot_eager", serve="always"), fullgraph=True)
+    want = flex_attention(q.float(), k.float(), v.float(), score_mod=_softcap)
+    with torch.no_grad():
+        compiled(q, k, v)  # builds the runner and hands it to C++
+        start = native.stats()
+        native.fail_next(1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            outs = [compiled(q, k, v) for _ in range(4)]
+        end = native.stats()
+    native.fail_next(0)
+    said = [str(w.message) for w in caught if "native call path could not run" in str(w.message)]
+    assert len(said) == 1, [str(w.message) for w in caught]
+    assert "cudnnBackendExecute" in said[0] and "5000" in said[0], said[0]
+    assert end["failed_runners"] - start["failed_runners"] == 1
+    assert end["hits"] == start["hits"], (start, end)  # never tried in C++ again
+    for out in outs:
+        assert _rows_err(out.float(), want) <= ROWS_TOL

@@ -147,6 +147,13 @@ def set_replay(on: bool) -> bool:
     return bool(_ext.set_replay(on)) if _ext is not None else False
 
 
+def fail_next(n: int = 1) -> None:
+    """A test hook: the next ``n`` plan executes in C++ fail as a refused cuDNN execute would (each failing
+    runner warns once, with the status, and its calls go to Python from then on)."""
+    if _ext is not None:
+        _ext.fail_next(n)
+
+
 def _unavailable() -> str:
     if env.value(ENV) == "0":
         return f"{ENV}=0"
@@ -388,6 +395,7 @@ def clear() -> None:
 
 def stats() -> dict:
     """Calls the native path ran (hits; ``replays`` of them launched a captured graph) and handed to Python
-    (misses), the graphs it captured, and the runners it holds."""
+    (misses), the graphs it captured, the runners it holds, and the runners whose execute failed
+    (``failed_runners``: each warned once and sends its calls to Python)."""
     return dict(_ext.stats(), declined=dict(declined)) if _ext is not None else {}
 

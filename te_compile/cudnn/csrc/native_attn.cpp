@@ -173,6 +173,7 @@ struct Runner {
     std::unordered_map<std::vector<void *>, cudaGraphExec_t, PtrsHash> graphs;
     int resets = 0;       // times ``graphs`` filled up and was emptied
     bool no_replay = false;  // capture failed, or the pointers keep changing
+    std::atomic<bool> failed{false};  // an execute failed (warned once): calls go to Python
     // cuDNN's interval kernels (interval_launch.h) instead of a plan: their launches, and the (in i) inputs the mask
     // plan was built from, which a call must pass unchanged (same memory, same version) to run here
     std::shared_ptr<te_interval::Launches> launches;
@@ -189,7 +190,7 @@ std::unordered_set<Key, KeyHash> g_blocks;
 constexpr size_t kMaxRunners = 4096;
 constexpr size_t kMaxBlocks = 1024;
 
-std::atomic<int64_t> g_hits{0}, g_misses{0};
+std::atomic<int64_t> g_hits{0}, g_misses{0}, g_failed{0};
 
 // Python callables (never freed: they must outlive every call, and Python may be finalizing when statics die)
 py::object *g_fwd_miss = nullptr, *g_bwd_miss = nullptr, *g_grad_fwd = nullptr;
@@ -408,10 +409,16 @@ bool capturing(cudaStream_t stream) {
 }
 
 // Runs the plan; false (nothing launched) when cuDNN refuses, so the caller can hand the call to Python.
-bool execute(Runner &r, Tensor const &like, Tensor const *const *small, at::TensorList inputs) {
+std::string status_text(char const *what, cudnnStatus_t st) {
+    std::string s = std::string(what) + ": " + (api.error_string ? api.error_string(st) : "status");
+    return s + " (" + std::to_string(static_cast<int>(st)) + ")";
+}
+
+// Runs ``r``'s plan on the call's tensors: "" when it ran, else what failed (cuDNN's status where cuDNN refused).
+std::string execute(Runner &r, Tensor const &like, Tensor const *const *small, at::TensorList inputs) {
     constexpr int kMax = 48;
     int n = static_cast<int>(r.uids.size());
-    if (n > kMax) return false;
+    if (n > kMax) return "the plan reads " + std::to_string(n) + " tensors (at most " + std::to_string(kMax) + ")";
     Tensor ws;
     if (r.workspace > 0) ws = at::empty({r.workspace}, like.options().dtype(at::kByte));
     char *base = r.workspace > 0 ? static_cast<char *>(ws.data_ptr()) : nullptr;
@@ -422,7 +429,7 @@ bool execute(Runner &r, Tensor const &like, Tensor const *const *small, at::Tens
         else if (s.kind == Slot::HOST) ptrs[i] = const_cast<uint8_t *>(r.host[s.offset].data());
         else if (s.kind == Slot::DATA) ptrs[i] = r.data[s.offset].data_ptr();
         else ptrs[i] = base + s.offset;
-        if (ptrs[i] == nullptr) return false;
+        if (ptrs[i] == nullptr) return "no tensor for the plan's uid " + std::to_string(s.uid);
     }
     void *engine_ws = base == nullptr ? nullptr : base + r.engine_offset;
     ptrs[n] = engine_ws;
@@ -433,33 +440,60 @@ bool execute(Runner &r, Tensor const &like, Tensor const *const *small, at::Tens
         how = replay(r, ptrs, stream);
         if (how == Replay::LAUNCHED) {
             g_replays++;
-            return true;
+            return "";
         }
     }
     cudnnBackendDescriptor_t pack = nullptr;
-    if (api.create_descriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack) != CUDNN_STATUS_SUCCESS) return false;
-    bool ok = api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &engine_ws) ==
-                  CUDNN_STATUS_SUCCESS &&
-              api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs.data()) ==
-                  CUDNN_STATUS_SUCCESS &&
-              api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, r.uids.data()) ==
-                  CUDNN_STATUS_SUCCESS &&
-              api.finalize(pack) == CUDNN_STATUS_SUCCESS;
-    if (ok && how == Replay::CAPTURE) {
+    cudnnStatus_t st = api.create_descriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+    if (st != CUDNN_STATUS_SUCCESS) return status_text("creating the variant pack", st);
+    st = api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &engine_ws);
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs.data());
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = api.set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, r.uids.data());
+    if (st == CUDNN_STATUS_SUCCESS) st = api.finalize(pack);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        api.destroy_descriptor(pack);
+        return status_text("filling the variant pack", st);
+    }
+    if (how == Replay::CAPTURE) {
         cudaGraphExec_t exec = capture(r, pack, base, device);
         if (exec != nullptr && cuda.launch(exec, stream) == cudaSuccess) {
             keep_graph(r, std::move(ptrs), exec);
             g_captures++;
             api.destroy_descriptor(pack);
-            return true;
+            return "";
         }
         cuda.last_error();
         if (exec != nullptr) cuda.exec_destroy(exec);
         keep_graph(r, {}, nullptr);  // this runner executes only
     }
-    ok = ok && zero(r, base, stream) && api.execute(handle_for(device, stream), r.plan, pack) == CUDNN_STATUS_SUCCESS;
+    std::string error;
+    if (!zero(r, base, stream)) error = "zeroing the plan's workspace (cudaMemsetAsync)";
+    else if ((st = api.execute(handle_for(device, stream), r.plan, pack)) != CUDNN_STATUS_SUCCESS)
+        error = status_text("cudnnBackendExecute", st);
     api.destroy_descriptor(pack);
-    return ok;
+    return error;
+}
+
+// A runner whose execute failed: warned once with what failed, and never tried again (its calls go to Python,
+// which runs the same plan through the frontend and raises cuDNN's error if it fails there too).
+void mark_failed(Runner &r, char const *direction, std::string const &error) {
+    if (!r.failed.exchange(true)) {
+        g_failed++;
+        TORCH_WARN("te_compile: the native call path could not run a cuDNN ", direction, " plan (", error,
+                   "); calls of this signature go through Python from now on");
+    }
+}
+
+// A test hook: the next ``n`` executes fail as cuDNN would refuse them (te_compile.cudnn.native.fail_next).
+std::atomic<int> g_fail_next{0};
+
+std::string run_plan(Runner &r, Tensor const &like, Tensor const *const *small, at::TensorList inputs) {
+    if (g_fail_next.load() > 0 && g_fail_next.fetch_sub(1) > 0)
+        return status_text("cudnnBackendExecute (forced by te_compile.cudnn.native.fail_next)",
+                           CUDNN_STATUS_EXECUTION_FAILED);
+    return execute(r, like, small, inputs);
 }
 
 // rows padded to 16 bytes, as cuDNN reads and writes bias / dBias (te_compile.cudnn.graphs.padded_empty)
@@ -546,7 +580,8 @@ std::vector<Tensor> run_interval(Runner const &r, std::vector<Tensor> operands, 
 std::tuple<Tensor, Tensor> fwd_cuda(Tensor const &q, Tensor const &k, Tensor const &v, OptTensor const &bias,
                                     at::TensorList extra, c10::string_view spec) {
     auto r = find(g_fwd, fwd_key(q, k, v, bias, extra, spec));
-    if (!r || (r->block && !block_known(spec, q, k, extra))) return python_forward(q, k, v, bias, extra, spec);
+    if (!r || r->failed || (r->block && !block_known(spec, q, k, extra)))
+        return python_forward(q, k, v, bias, extra, spec);
     c10::cuda::CUDAGuard guard(q.device());
     if (r->launches) {
         if (g_interval_off || interval_capturing(q) || !same_mask_inputs(*r, extra.slice(0, r->n_inputs)))
@@ -564,7 +599,11 @@ std::tuple<Tensor, Tensor> fwd_cuda(Tensor const &q, Tensor const &k, Tensor con
     Tensor b4 = bias_operand(*r, bias);
     Tensor const *small[11] = {&q, &k, &v, bias ? &b4 : nullptr, &out, &lse, nullptr, nullptr, nullptr, nullptr,
                                nullptr};
-    if (!execute(*r, q, small, extra.slice(0, r->n_inputs))) return python_forward(q, k, v, bias, extra, spec);
+    std::string error = run_plan(*r, q, small, extra.slice(0, r->n_inputs));
+    if (!error.empty()) {
+        mark_failed(*r, "forward", error);
+        return python_forward(q, k, v, bias, extra, spec);
+    }
     if (r->rows.defined() || r->bias_rows) fill_rows(*r, out, lse, bias);
     g_hits++;
     return {out, lse};
@@ -588,7 +627,7 @@ Grads bwd_cuda(Tensor const &dout, Tensor const &q, Tensor const &k, Tensor cons
                OptTensor const &dlse) {
     std::shared_ptr<Runner> r;
     if (!dlse) r = find(g_bwd, bwd_key(dout, q, k, v, out, lse, bias, extra, spec, need_dbias));
-    if (!r) return python_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse);
+    if (!r || r->failed) return python_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse);
     c10::cuda::CUDAGuard guard(q.device());
     if (r->launches) {
         if (g_interval_off || interval_capturing(q) || !same_mask_inputs(*r, extra.slice(0, r->n_inputs)))
@@ -613,8 +652,11 @@ Grads bwd_cuda(Tensor const &dout, Tensor const &q, Tensor const &k, Tensor cons
     Tensor dbias4 = r->need_dbias ? padded_empty(r->bias_shape, q.options()) : Tensor();
     Tensor const *small[11] = {&q, &k, &v, bias ? &b4 : nullptr, &out, &stats, &dout, &dq, &dk, &dv,
                                r->need_dbias ? &dbias4 : nullptr};
-    if (!execute(*r, q, small, extra.slice(0, r->n_inputs)))
+    std::string error = run_plan(*r, q, small, extra.slice(0, r->n_inputs));
+    if (!error.empty()) {
+        mark_failed(*r, "backward", error);
         return python_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse);
+    }
     g_hits++;
     // summed over the dims the bias broadcasts, in the bias's dtype (te_compile.cudnn.graphs.dbias_of)
     Tensor db = r->need_dbias
@@ -1025,8 +1067,12 @@ py::dict stats() {
     d["captures"] = g_captures.load();
     d["replay"] = g_replay.load() && cuda.ok();
     d["interval_launch_failed"] = g_interval_off.load();
+    d["failed_runners"] = g_failed.load();
     return d;
 }
+
+// Makes the next ``n`` plan executes fail (a test hook: the failure surfaces once and the call still returns).
+void fail_next(int n) { g_fail_next.store(n); }
 
 // Replays on or off (on by default where the CUDA runtime's graph API was found); returns the old setting.
 bool set_replay(bool on) { return g_replay.exchange(on); }
@@ -1057,4 +1103,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("stats", &stats);
     m.def("uids", &uids);
     m.def("set_replay", &set_replay);
+    m.def("fail_next", &fail_next, "a test hook: the next n plan executes fail");
 }
