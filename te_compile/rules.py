@@ -37,12 +37,12 @@ class Rule:
     short: str = ""
 
 
-#: cited runs (docs/data): tuned sweeps (Python path), native-path sweeps, default-policy sweeps, HF Mistral 1x8192
-_TUNED = tuple(f"tuned-flex-{s}.json" for s in ("h100-919-2026-11-27-1x16x16384x128", "h100-919-2026-11-27-1x32x8192x128x8", "h200-919-2026-11-27", "h200-927-2026-11-27", "h100-919-2026-11-27-8x16x1024x64", "h100-919-2026-11-27-8x16x512x64", "h200-919-2026-11-27-4x16x512x64"))
+#: cited runs (docs/data), native call path: single calls at 256-512 tokens, sweeps, default-policy sweeps; HF Mistral
+_SHORT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in ("1x1x256x64", "1x8x512x64"))
 _NATIVE = ("sweep-flex-train-h200-919-2026-11-28.json", "sweep-flex-train-h100-919-2026-11-28-1x32x4096x128x8.json", "sweep-flex-infer-h200-919-2026-11-28.json")
 _DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x32x4096x128x8", "8x16x1024x64", "1x16x16384x128-part1", "1x16x16384x128-part2"))
 _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8192-h200-927-2026-11-27-mistral.json", "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
-_FLEX = _TUNED + _NATIVE + _DEFAULT
+_FLEX = _SHORT + _NATIVE + _DEFAULT
 _MASKS = ("masks-native-h200-919-2026-11-28-2x16x4096x128.json", "masks-replay-h200-919-2026-11-28-1x8x32768x128.json")
 _MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS, ("flex document4", "flex document16"))
 _MASKS_PY = (tuple(f"masks-replay-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128")), ("flex document4", "flex document16"))  # the interval kernels launched from Python
@@ -59,30 +59,28 @@ RULES: dict[str, Rule] = {
                               "1.80-2.07x steps from 4096 tokens, none faster at 1024",
                               (("sweep-sdpa-h200-2026-11-26.json", ("sdpa learned bias",)),),
         short="a learned SDPA bias"),
-    "flex plain": Rule(4096, 512, "cuDNN's kernels 1.14-1.40x Inductor's; the step is faster from 4096 tokens "
-                       "(1.22-1.42x), slower at 512-1024 (0.58-0.85x)", ((_FLEX, ("flex none",)),),
-        short="flex without a mask"),
-    "flex native band": Rule(4096, 512, "a causal band on cuDNN's diagonal band: kernels 1.09-1.43x; steps 1.27-1.40x "
-                             "from 4096 tokens, 0.59-0.86x at 512-1024", ((_FLEX, ("flex causal",)),),
-        short="a causal band"),
-    "flex narrow band": Rule(4096, 512, "a band narrower than causal (a sliding window): kernels 1.07-1.32x; on the "
-                             "native call path training steps 1.01-1.29x and forward-only steps 1.43-1.55x at 4096 "
-                             "tokens, 1.17-1.28x from 8192; 0.36-0.73x at 512-1024 (Python path)", ((_NATIVE + _DEFAULT
-                             + _TUNED[:2] + _TUNED[4:], ("flex sliding <=", "flex sliding <")),),
-        short="a sliding window"),
+    "flex plain": Rule(256, 512, "cuDNN's kernels 1.26-1.44x Inductor's from 1024 tokens (0.95-1.05x at 256-512); training "
+                       "steps 1.20-1.64x from 256 tokens (native call path: less host time per call)",
+                       ((_FLEX, ("flex none",)),), short="flex without a mask"),
+    "flex native band": Rule(256, 1024, "a causal band on cuDNN's diagonal band: training steps 1.29-2.00x from 256 tokens "
+                             "(native call path); kernels 1.25-1.63x from 1024 tokens, 0.90-0.94x at 256-512",
+                             ((_FLEX, ("flex causal",)),), short="a causal band"),
+    "flex narrow band": Rule(4096, 1024, "a band narrower than causal (a sliding window): kernels 1.24-1.51x from 1024 "
+                             "tokens (0.89-0.93x at 256-512); training steps 1.01-1.29x from 4096 tokens, 0.88-1.52x at "
+                             "256-1024", ((_FLEX, ("flex sliding <=", "flex sliding <")),), short="a sliding window"),
     "flex narrow window": Rule(None, None, "a sliding window of fewer than 1024 keys per query (Mistral's and "
                                "Gemma-3's 512): whole Mistral models at 8192 tokens with every such site served ran "
                                "0.94-1.02x of torch.compile in training and 0.95-1.05x in inference (H100, H200); not "
                                "measured under CUDA graphs", ((_WINDOW_512, ("mistral",)),),
         short="a window of fewer than 1024 keys"),
-    "flex score_mod": Rule(4096, 512, "a non-linear score_mod (softcap): kernels 1.87-2.55x; steps 1.88-2.37x "
-                           "from 4096 tokens, 0.64-1.17x at 512-1024",
-                           ((_FLEX, ("flex softcap", "flex softcap + causal")),), short="a non-linear score_mod"),
-    "flex additive score_mod": Rule(4096, 512, "an additive score_mod (ALiBi): kernels 1.10-1.41x; steps "
-                                    "1.26-1.35x from 4096 tokens, 0.66-0.71x at 512-1024", ((_FLEX, ("flex ALiBi",)),),
+    "flex score_mod": Rule(256, 256, "a non-linear score_mod (softcap): kernels 1.57-2.67x and training steps "
+                           "1.00-2.58x from 256 tokens", ((_FLEX, ("flex softcap", "flex softcap + causal")),),
+        short="a non-linear score_mod"),
+    "flex additive score_mod": Rule(256, 1024, "an additive score_mod (ALiBi): training steps 1.01-1.29x from 256 "
+                                    "tokens; kernels 1.19-1.36x from 1024, 0.89-0.93x at 256-512", ((_FLEX, ("flex ALiBi",)),),
         short="an additive score_mod"),
-    "flex native ALiBi + causal": Rule(4096, 512, "cuDNN's own ALiBi with causal masking: kernels 1.04-1.50x; steps "
-                                       "1.16-1.37x from 4096 tokens, 0.51-0.63x at 512-1024",
+    "flex native ALiBi + causal": Rule(4096, 1024, "cuDNN's own ALiBi with causal masking: training steps 1.32-1.50x "
+                                       "from 4096 tokens, 0.84-1.02x at 256-1024; kernels 1.29-1.53x from 1024 tokens",
                                        ((_FLEX, ("flex ALiBi + causal",)),), short="ALiBi + causal"),
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
                               "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)",

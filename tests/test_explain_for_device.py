@@ -41,7 +41,13 @@ def test_a_bfloat16_model_would_be_served():
 
 
 def test_the_speed_rules_decide_too():
+    """At 256 tokens the rules keep plain SDPA (torch's own kernel) and serve the softcap flex call; at 128 tokens
+    (not measured) they keep both."""
     report = te_compile.explain(_model, *_qkv(torch.bfloat16), for_device="cuda", serve="fastest")
+    assert [d.runs_on for d in report.decisions] == ["kept", "cudnn"], str(report)
+    assert "served: a non-linear score_mod, cuDNN faster from 256 tokens" in str(report), str(report)
+    short = [torch.randn(1, 4, 128, 64, dtype=torch.bfloat16) for _ in range(3)]
+    report = te_compile.explain(_model, *short, for_device="cuda", serve="fastest")
     assert all(d.runs_on == "kept" and d.reason.startswith("kept for speed") for d in report.decisions), str(report)
 
 
@@ -113,7 +119,7 @@ def test_a_flex_training_model_for_cuda_without_the_frontend(tmp_path):
     assert lines[1] == "  (decided for a CUDA GPU here: support from te_compile's own rules (no cuDNN frontend))"
     row = lines[3].split()
     assert "q,k,v" in row and row[-1] == "cudnn" and "tanh(score" in lines[3] and "q_idx >= kv_idx" in lines[3]
-    assert lines[4] == "   served: a non-linear score_mod, cuDNN faster from 4096 tokens", r.stdout
+    assert lines[4] == "   served: a non-linear score_mod, cuDNN faster from 256 tokens", r.stdout
     assert "backward" not in r.stderr and "Traceback" not in r.stderr
 
 
