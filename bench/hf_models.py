@@ -99,9 +99,9 @@ def _tune(model, ids, extra) -> dict:
     """te_compile.tune the model for training and for inference (fills the measurement cache, so the te_compile
     column's default policy decides from measurements): per mode, the graph measurements (te_compile.tuning.graph_ab:
     each class's times with it on cuDNN and on torch.compile, and whether it was served), the seconds, and the
-    whole-model check (te_compile.model_check)."""
+    whole-model check (te_compile.api.model_check)."""
     import te_compile
-    from te_compile.model_check import model_log
+    from te_compile.api.model_check import model_log
     out = {}
     for mode, grad in (("train", True), ("infer", False)):
         t0, nm = time.perf_counter(), len(model_log)

@@ -6,7 +6,7 @@
 Each row is one attention call as a training step (forward + backward, q/k/v require grad, a fixed
 upstream gradient), timed back to back between CUDA events after warm-up (median of --iters),
 plus the host time per step (a loop without syncs; short kernels let the host show) and the CUDA kernel time
-per step (profiler; tests/test_rules.py checks te_compile.rules against committed runs). Every row is
+per step (profiler; tests/test_rules.py checks te_compile.tuning.rules against committed runs). Every row is
 printed, the ones te_compile loses included; the ratio is torch.compile's time / te_compile's.
 """
 
@@ -110,8 +110,8 @@ def kernel_ms(fn: Callable, args: list, steps: int = 10) -> float | None:
 
 
 def _site_class(rep, args) -> str | None:
-    """te_compile.rules.site_class of the (first) site te_compile served in the measured function."""
-    from te_compile.rules import site_class
+    """te_compile.tuning.rules.site_class of the (first) site te_compile served in the measured function."""
+    from te_compile.tuning.rules import site_class
     for d in rep.decisions:
         if d.runs_on == "cudnn" and d.spec is not None:
             q, k = args[0], args[1]

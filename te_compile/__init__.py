@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from .runtime import ops  # noqa: F401  (registers torch.ops.te_compile.*)
 from .backend import backend, compile, te_compile_backend  # noqa: A004
-from .explain import Report, explain
+from .api.explain import Report, explain
 from .runtime.kernels import runtime_fallbacks
 from .spec import AttentionSpec
-from .autotune import tune
+from .api.autotune import tune
 from .runtime.verify import VerificationError
 
 __version__ = "0.1.0"

@@ -190,7 +190,7 @@ def tune_parser() -> Parser:
 def _tune(argv: list[str]) -> int:
     from . import tuning
     from .tuning import cache
-    from .autotune import tune
+    from .api.autotune import tune
 
     a = tune_parser().parse_args(argv)
     if a.list or not a.factory:

@@ -23,7 +23,8 @@ from .passes.decision import TARGETS, deciding_for
 from .passes.find import example_value
 from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
-from . import compile_stats, stale_outputs, tuning, user_warnings
+from . import compile_stats, tuning, user_warnings
+from .runtime import stale_outputs
 from .tuning import graph_ab
 from .runtime.direct import direct_callable
 from .fxcopy import copy_graph, copy_module
@@ -99,7 +100,7 @@ class Options:
     target: str = "auto"
     verify: bool = False
     #: "fastest": serve a site on cuDNN only where it beats torch.compile (a measurement, else the rule for its
-    #: site class, te_compile.rules); "always": wherever cuDNN can serve it (default from TE_COMPILE_SERVE)
+    #: site class, te_compile.tuning.rules); "always": wherever cuDNN can serve it (default from TE_COMPILE_SERVE)
     serve: str = dataclasses.field(default_factory=_default_serve)
     #: decide sites as if the graph runs under CUDA graphs (True) or not (False); None: from torch.compile's
     #: mode / options and Inductor's config (te_compile.explain(mode=...) sets it for its aot_eager compile)
@@ -127,14 +128,14 @@ class Options:
 
 def _checker(target: str, serve: str = "fastest", cuda_graphs: bool = False) -> Optional[Callable[..., Optional[str]]]:
     """The support check the passes call for sites bound for cuDNN: can cuDNN serve it (cudnn/check.py),
-    and, under serve="fastest", is it faster there (te_compile.tuning, te_compile.rules; ``cuda_graphs``: the graph will run
+    and, under serve="fastest", is it faster there (te_compile.tuning, te_compile.tuning.rules; ``cuda_graphs``: the graph will run
     under CUDA graphs, so host time per call does not count)."""
     if target != "auto":
         return None
     try:
         from .cudnn.check import check
     except Exception as e:  # noqa: BLE001 - no usable cuDNN frontend: keep every site, say why
-        from .install import frontend_missing
+        from .cudnn.install import frontend_missing
         msg = frontend_missing(e)
         return lambda *a, **k: msg
     if cuda_graphs:
@@ -223,7 +224,7 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     with tuning.measuring(tuning.is_measuring() or _autotunes(mode, inductor_options)), compile_stats.timed("decide"):
         decisions = _decide(gm, original, example_inputs, options, checker, graphs_on)
     guard_stale = graphs_on and options.inner == "inductor" and _is_cuda_graph(example_inputs)
-    if guard_stale:  # an overwritten CUDA-graph output must raise, not crash (te_compile/stale_outputs.py)
+    if guard_stale:  # an overwritten CUDA-graph output must raise, not crash (te_compile/runtime/stale_outputs.py)
         inductor_config = stale_outputs.without_static_launcher(inductor_config)
     if options.inner == "inductor" and _may_fail_in_inductor(decisions):
         with compile_stats.timed("inner compile"):
@@ -451,7 +452,7 @@ def backend(inner: str = "inductor", target: str = "auto", verify: bool = False,
             raise te_compile.VerificationError with the error figures if they disagree.
     serve:  "fastest" (default; or TE_COMPILE_SERVE): rewrite a CUDA site only where cuDNN beats
             torch.compile: measured (te-compile tune, mode="max-autotune"), else the rule for the site's class
-            (te_compile.rules, from the measurements in docs/data); the report says "kept by the rule" or
+            (te_compile.tuning.rules, from the measurements in docs/data); the report says "kept by the rule" or
             "kept for speed" otherwise. "always": wherever cuDNN can serve it.
     cuda_graphs: None (default): the decision learns from torch.compile's mode whether the graph runs
             under CUDA graphs (then host time does not count); True / False overrides that.

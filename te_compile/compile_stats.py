@@ -3,7 +3,7 @@
 Phases (nested ones are included in their parent): ``decide`` (find the sites, translate them, the support check and
 the speed decision, the rewrite), inside it ``support check`` (te_compile.cudnn.check) and, inside that, ``check plan
 builds`` (cuDNN plans built by the check on a machine with the call's GPU), and ``speed decision``
-(te_compile.tuning, te_compile.rules); ``inner compile`` (the inner compiler on the rewritten graph: Inductor's
+(te_compile.tuning, te_compile.tuning.rules); ``inner compile`` (the inner compiler on the rewritten graph: Inductor's
 forward, and its backward where it compiles with the forward); ``finish`` (record and log the report), inside it
 ``native`` (turning the native call path on: its C++ build, once per machine, or loading it).
 """

@@ -33,13 +33,13 @@ SPARSE_MASK = "sparse-mask"
 TOO_LARGE = "too-large"
 #: q / k / v / mask / captured tensors are DTensors or other tensor subclasses (sharded)
 DISTRIBUTED = "distributed"
-#: a site kept because a rule (te_compile.rules) or a measurement says torch.compile is faster: cuDNN
+#: a site kept because a rule (te_compile.tuning.rules) or a measurement says torch.compile is faster: cuDNN
 #: could serve it exactly
 SLOWER = "slower"
 #: a site cuDNN could serve, kept because the running cuDNN version is not checked for its form
 #: (te_compile.cudnn.versions)
 CUDNN_VERSION = "cudnn-version"
-#: the cuDNN frontend is not installed, or fails to load (te_compile.install)
+#: the cuDNN frontend is not installed, or fails to load (te_compile.cudnn.install)
 CUDNN_UNAVAILABLE = "cudnn-unavailable"
 #: a site served although the speed decision would keep it: Inductor could not compile the graph with it
 SERVED_AFTER_INNER_FAILURE = "served-after-inner-failure"
@@ -165,7 +165,7 @@ def short(reason: str) -> str:
 
 
 def rule_short(what: str, serve: bool, L: int, need: Optional[int], cuda_graphs: bool = False) -> str:
-    """The one-line reason of a speed rule's decision (te_compile.rules; ``what``: the rule's ``short``)."""
+    """The one-line reason of a speed rule's decision (te_compile.tuning.rules; ``what``: the rule's ``short``)."""
     where = " under CUDA graphs" if cuda_graphs else ""
     if serve:
         return f"served{where}: {what}, cuDNN faster from {need} tokens"

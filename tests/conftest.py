@@ -6,7 +6,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 # the tests check te_compile's numbers wherever cuDNN can serve a site: the speed decision (serve="fastest",
-# te_compile.rules) is off unless a test asks for it (tests/test_rules.py)
+# te_compile.tuning.rules) is off unless a test asks for it (tests/test_rules.py)
 os.environ["TE_COMPILE_SERVE"] = "always"
 # likewise on a cuDNN version te_compile has not been checked on (te_compile.cudnn.versions keeps emitted
 # score_mods there): the cuda suite is how a new version gets checked (tests/test_cudnn_versions.py covers the gate)

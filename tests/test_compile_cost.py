@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import te_compile
-from te_compile import rules
+from te_compile.tuning import rules
 from te_compile.backend import _checker
 from te_compile.reasons import NOT_ON_CUDNN, SLOWER, category
 from te_compile.spec import AttentionSpec

@@ -56,7 +56,7 @@ def test_generate_static_cache_as_plain_torch_compile(results, impl, mode):
     print(f"\n{impl}/{mode}: plain {plain['ok'], plain['agree'], plain['error'], plain['returncode']}, "
           f"te_compile {te['ok'], te['agree'], te['error']}")
     # never a dead process, also where plain torch.compile's dies (an overwritten CUDA-graph output reaching
-    # Inductor's static launcher: te_compile/stale_outputs.py)
+    # Inductor's static launcher: te_compile/runtime/stale_outputs.py)
     assert te["returncode"] == 0, f"te_compile's process died (return code {te['returncode']}):\n{te['stderr']}"
     _same_outcome(plain, te)
     # the rule for each site's class keeps these short steps (tests/test_rules.py checks the rules)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import flex_attention
 
 import te_compile
-from te_compile.explain import FOR_CUDA_NOTE
+from te_compile.api.explain import FOR_CUDA_NOTE
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="what a CPU machine reports about a GPU")
 

@@ -80,7 +80,7 @@ def test_twelve_explains_without_isolate_recompiles(monkeypatch, graph_break):
     """torch 2.11 has no isolate_recompiles: explain compiles through a copy of the code instead."""
     import sys
 
-    monkeypatch.setattr(sys.modules["te_compile.explain"], "_ISOLATE", False)
+    monkeypatch.setattr(sys.modules["te_compile.api.explain"], "_ISOLATE", False)
     torch._dynamo.reset()
     m = TwoSites(graph_break)
     q = torch.randn(1, 2, 16, 8)

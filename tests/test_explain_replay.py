@@ -64,8 +64,8 @@ def test_measuring_gets_a_backend_of_its_own():
 
 @pytest.mark.parametrize("isolate", [True, False])
 def test_explain_again_and_tune_see_sites_past_a_submodule_graph_break(monkeypatch, isolate):
-    monkeypatch.setattr(sys.modules["te_compile.explain"], "_ISOLATE", isolate and sys.modules[
-        "te_compile.explain"]._ISOLATE)
+    monkeypatch.setattr(sys.modules["te_compile.api.explain"], "_ISOLATE", isolate and sys.modules[
+        "te_compile.api.explain"]._ISOLATE)
     torch._dynamo.reset()
     m = Outer()
     x = torch.randn(1, 2, 8, 8)

@@ -262,7 +262,7 @@ class TestFlexGolden(expecttest.TestCase):
         self.assertExpectedInline(str(report).splitlines()[0], """te_compile: 1 attention site(s) in 1 graph(s): 0 on cuDNN, 1 on the reference kernel, 0 kept""")
         code = "\n".join(ln for ln in report.code().splitlines() if "te_compile" in ln or "mul" in ln)
         self.assertExpectedInline(code, """\
-    bh_input = te_compile_inserted_bh_input(l_q_, '(index (buf 0) h)', g_slopes_);  g_slopes_ = None
+    bh_input = te_compile_passes_inserted_bh_input(l_q_, '(index (buf 0) h)', g_slopes_);  g_slopes_ = None
     attn_fwd_default = torch.ops.te_compile.attn_fwd.default(l_q_, l_k_, l_v_, None, [bh_input, l_bm_kv_num_blocks, l_bm_kv_indices, l_bm_full_kv_num_blocks, l_bm_full_kv_indices], '{"block_full":true,"block_kv":16,"block_q":16,"impl":"reference","mask":"none","mask_mod":"(ge q_idx kv_idx)","n_inputs":1,"scale":0.35355339059327373,"score":"(add score (mul (in 0) (sub kv_idx q_idx)))","source":"flex"}');  l_q_ = l_k_ = l_v_ = bh_input = l_bm_kv_num_blocks = l_bm_kv_indices = l_bm_full_kv_num_blocks = l_bm_full_kv_indices = None
     mul_1 = getitem_4 * 1.4426950408889634;  getitem_4 = None
     lse_scaled = mul_1 * 0.6931471805599453;  mul_1 = None""")

@@ -193,7 +193,7 @@ def test_a_float32_cast_can_make_eager_the_inexact_side(backend):
 
 def _no_shift(q, k, term, *bufs):
     """materialize_bias as it was: the bias rows cast to q's dtype without subtracting their top."""
-    from te_compile import inserted
+    from te_compile.passes import inserted
     bias, shift = inserted.materialize_bias(q, k, term, *bufs)
     return (bias.float() + shift.unsqueeze(-1)).to(q.dtype), torch.zeros_like(shift)
 

@@ -216,7 +216,7 @@ def test_speed_reason_reads_its_graphs_measurement(monkeypatch):
     cache.put("graph-1|sdpa", Measurement(1.2, 1.0, 0.02, 7, ratios=(0.8,) * 7).as_entry(scope="model"))
     with tuning.graph(scope):
         why = tuning.speed_reason(q, q, q, None, SDPA, True, False)
-    assert "of the whole model" in why and "te_compile.model_check" in why
+    assert "of the whole model" in why and "te_compile.api.model_check" in why
 
 
 def test_without_a_measurement_the_rule_decides_and_says_so(monkeypatch):
@@ -273,7 +273,7 @@ def test_tune_decides_a_class_by_its_graph_and_later_compiles_follow_the_cache(m
         ratio = tc_ms / te_ms
         return Measurement(te_ms, tc_ms, 0.01, 7, 0.5, (ratio,) * 7)
     monkeypatch.setattr(graph_ab, "measure_graph", fake)
-    monkeypatch.setattr("te_compile.model_check.check", lambda *a, **k: None)
+    monkeypatch.setattr("te_compile.api.model_check.check", lambda *a, **k: None)
     m, x = M().to(torch.bfloat16), torch.randn(2, 8, 64, dtype=torch.bfloat16)
     torch._dynamo.reset()
     report, made = te_compile.tune(m, x, echo=None, for_device="cuda")

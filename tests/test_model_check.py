@@ -1,4 +1,4 @@
-"""The whole-model check of te_compile.tune (te_compile.model_check): the model timed as called, with a
+"""The whole-model check of te_compile.tune (te_compile.api.model_check): the model timed as called, with a
 fake compiler and a fake timer; what it writes into the cache and the reason the next compile gives."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from te_compile.reasons import SLOWER, category
-from te_compile import model_check
+from te_compile.api import model_check
 from te_compile.tuning.timing import step
 from te_compile import tuning
 from te_compile.spec import AttentionSpec
@@ -100,7 +100,7 @@ def test_the_training_step_takes_every_gradient_without_touching_grad():
 def test_isolated_compiles_keep_their_own_entries():
     """Two compiles of one model with different backends each compile (neither reuses the other's entry), and
     the user's own torch.compile of it still has its whole recompile budget."""
-    from te_compile.explain import isolated_compile
+    from te_compile.api.explain import isolated_compile
     calls = []
 
     def backend(name):
@@ -124,7 +124,7 @@ def test_tune_times_the_model_after_a_served_graph_and_reports_the_new_decisions
 
     import te_compile
     from te_compile.report import Report
-    explain_mod = sys.modules["te_compile.explain"]  # te_compile.explain is also the function
+    explain_mod = sys.modules["te_compile.api.explain"]
     from te_compile.tuning.timing import Measurement
     calls, seen = [], []
 

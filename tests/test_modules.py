@@ -93,7 +93,7 @@ def test_the_sdpa_pass_decides(kw, runs_on, reason):
 
 
 def test_tune_on_a_cpu_model_measures_nothing_and_says_so(tmp_path, monkeypatch):
-    from te_compile.autotune import tune
+    from te_compile.api.autotune import tune
     monkeypatch.setenv("TE_COMPILE_CACHE_DIR", str(tmp_path))
     lines = []
     q = torch.randn(1, 2, 8, 4)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import te_compile  # noqa: F401
-from te_compile.inserted import mask_to_bias
+from te_compile.passes.inserted import mask_to_bias
 from te_compile.spec import AttentionSpec
 
 CASES = {
@@ -113,7 +113,7 @@ def test_no_dbias_requested_when_bias_frozen():
 
 
 def test_score_expr_with_extra_input_and_opcheck():
-    from te_compile.inserted import bh_input
+    from te_compile.passes.inserted import bh_input
 
     q, k, v, _, _ = _args(CASES["plain"])
     slopes = torch.rand(4, dtype=torch.float64)

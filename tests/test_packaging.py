@@ -42,7 +42,7 @@ def test_cudnn_frontend_is_the_cuda_extra_not_a_requirement():
     extras = project["optional-dependencies"]
     assert extras["cuda"] == ["nvidia-cudnn-frontend>=1.32"]
     assert "nvidia-cudnn-frontend" not in _names(extras["test"])
-    from te_compile.install import CUDA_EXTRA, FRONTEND
+    from te_compile.cudnn.install import CUDA_EXTRA, FRONTEND
 
     assert CUDA_EXTRA in extras and FRONTEND in extras[CUDA_EXTRA]
 
@@ -88,7 +88,7 @@ def test_readme_shows_both_install_paths_after_the_two_commands():
 
 
 def test_frontend_missing_says_how_to_install():
-    from te_compile.install import frontend_missing
+    from te_compile.cudnn.install import frontend_missing
 
     missing = ModuleNotFoundError("No module named 'cudnn'", name="cudnn")
     assert frontend_missing(missing) == ("cuDNN frontend not installed (ModuleNotFoundError: No module named "
@@ -108,7 +108,7 @@ sys.modules["cudnn"] = None  # as if nvidia-cudnn-frontend were not installed: `
 import torch
 import torch.nn.functional as F
 import te_compile
-from te_compile.install import frontend_missing
+from te_compile.cudnn.install import frontend_missing
 try:
     import cudnn
 except ImportError as e:

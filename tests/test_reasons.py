@@ -13,7 +13,7 @@ from torch.nn.attention.flex_attention import BlockMask, flex_attention
 import te_compile
 from te_compile import reasons
 from te_compile.cudnn.check import check
-from te_compile.install import frontend_missing
+from te_compile.cudnn.install import frontend_missing
 from te_compile.passes import rewrite
 from te_compile.passes.decision import Keep
 from te_compile.reasons import (BLOCK_MASK, CATEGORIES, CUDNN_UNAVAILABLE, DEVICE, INTERNAL_ERROR, NEEDS_GRAD,

@@ -47,7 +47,7 @@ def forward(self, L_q_ : torch.Tensor, L_k_ : torch.Tensor, L_v_ : torch.Tensor,
     l_k_ = L_k_
     l_v_ = L_v_
     l_mask_ = L_mask_
-    mask_to_bias = te_compile_inserted_mask_to_bias(l_mask_, torch.float32);  l_mask_ = None
+    mask_to_bias = te_compile_passes_inserted_mask_to_bias(l_mask_, torch.float32);  l_mask_ = None
     attn_fwd_default = torch.ops.te_compile.attn_fwd.default(l_q_, l_k_, l_v_, mask_to_bias, [], '{"impl":"reference","mask":"none","scale":null,"source":"sdpa"}');  l_q_ = l_k_ = l_v_ = mask_to_bias = None
     getitem = attn_fwd_default[0];  attn_fwd_default = None
     return (getitem,)""")

@@ -1,4 +1,4 @@
-"""The default serve decision (te_compile.rules): each rule against the committed measurements it cites, the site
+"""The default serve decision (te_compile.tuning.rules): each rule against the committed measurements it cites, the site
 classes the lowering's decisions map to, and the reasons the report shows."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import te_compile
 from te_compile.backend import Options, _checker
 
-from te_compile import rules
+from te_compile.tuning import rules
 from te_compile.reasons import SLOWER, category
 from te_compile.spec import AttentionSpec
 
@@ -328,7 +328,7 @@ def test_backend_and_explain_follow_cuda_graphs(monkeypatch):
     assert backend(cuda_graphs=True).options == Options(cuda_graphs=True)
     assert backend(cuda_graphs=True) is backend(cuda_graphs=True) is not backend()
 
-    explain_mod = sys.modules["te_compile.explain"]
+    explain_mod = sys.modules["te_compile.api.explain"]
     seen = []
     real = explain_mod.explain_backend
 

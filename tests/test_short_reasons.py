@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import flex_attention
 
 import te_compile
-from te_compile import rules
+from te_compile.tuning import rules
 from te_compile.cudnn import versions
-from te_compile.install import frontend_missing
+from te_compile.cudnn.install import frontend_missing
 from te_compile.reasons import MAX_SHORT, SHORT_FORMS, Reason, clip, rule_short, short
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

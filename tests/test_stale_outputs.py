@@ -1,10 +1,10 @@
-"""te_compile/stale_outputs.py: under CUDA graphs an overwritten CUDA-graph output reaching a kernel raises torch's
+"""te_compile/runtime/stale_outputs.py: under CUDA graphs an overwritten CUDA-graph output reaching a kernel raises torch's
 RuntimeError instead of killing the process (the end-to-end check is tests/test_cuda_generate.py on the GPU)."""
 
 import pytest
 import torch
 
-from te_compile import stale_outputs
+from te_compile.runtime import stale_outputs
 
 MSG = "Error: accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run. Stack trace: x"
 POINTER = "Pointer argument must be either uint64 or have data_ptr method"

@@ -263,7 +263,7 @@ def _validate(spec: AttentionSpec, qkv: tuple, bias_meta: Optional[tuple], dtype
     except Exception as e:  # noqa: BLE001 - a broken install must not crash compilation
         if gpu is None:  # decided for a GPU this machine does not have (explain's for_device): the rules above decide
             return None
-        from ..install import frontend_missing
+        from .install import frontend_missing
         return frontend_missing(e)
     io = graphs.IO_TYPES[getattr(torch, dtype.replace("torch.", ""))]
     q, k, v = qkv

@@ -45,7 +45,7 @@ class Keep(Exception):
 
 @dataclasses.dataclass
 class FlexInserts:
-    """What the flex rewrite inserts next to the op (te_compile.inserted helpers)."""
+    """What the flex rewrite inserts next to the op (te_compile.passes.inserted helpers)."""
 
     #: (b, h, captured)-only terms: each a ``bh_input`` node, the op's ``(in i)`` inputs
     terms: list[str]

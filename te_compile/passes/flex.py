@@ -2,7 +2,7 @@
 
 A served flex call becomes
 
-    in_i = te_compile.inserted.bh_input(q, "<(b, h, captured)-only term i>", *captured)   # [B|1,H|1,1,1]
+    in_i = te_compile.passes.inserted.bh_input(q, "<(b, h, captured)-only term i>", *captured)   # [B|1,H|1,1,1]
     out, lse = te_compile.attn_fwd(q, k, v, bias?, [in_0, ..., <BlockMask tensors>], spec)
     lse_log2 = lse * (1 / ln 2)          # the HOP's lse is in log2 units; ours is natural-log
 
@@ -38,7 +38,7 @@ from torch.fx import GraphModule, Node
 from .. import env
 from ..lowering import alibi, intervals
 from ..score import ir
-from ..inserted import bh_input, materialize_bias, materialize_mask
+from .inserted import bh_input, materialize_bias, materialize_mask
 from ..reasons import (BLOCK_MASK, NEEDS_GRAD, NOT_EXACT, NOT_ON_CUDNN, SPARSE_MASK, TOO_LARGE, UNSUPPORTED_ARGS,
                        category)
 from ..spec import AttentionSpec

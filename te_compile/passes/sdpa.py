@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 from torch.fx import GraphModule, Node
 
-from ..inserted import mask_to_bias
+from .inserted import mask_to_bias
 from ..reasons import NOT_EXACT, UNSUPPORTED_ARGS
 from ..spec import AttentionSpec
 from .decision import (Checker, Decision, Keep, constant_scale, copy_meta, cudnn_supports, four_d, impl_for,

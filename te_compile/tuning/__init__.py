@@ -2,8 +2,8 @@
 
 ``speed_reason`` (the ``serve="fastest"`` check) decides a site cuDNN can serve from, in order: a measurement in
 the persistent cache (``tuning.cache``) for the graph being compiled and the site's class
-(te_compile.rules.site_class); a new one when measuring is on (``mode="max-autotune"``, ``te_compile.tune`` /
-``te-compile tune``: ``tuning.graph_ab``); otherwise the rule for its class (``te_compile.rules``). A class is
+(te_compile.tuning.rules.site_class); a new one when measuring is on (``mode="max-autotune"``, ``te_compile.tune`` /
+``te-compile tune``: ``tuning.graph_ab``); otherwise the rule for its class (``te_compile.tuning.rules``). A class is
 served only when its graph measured faster by ``timing.serve_on_cudnn``. Under CUDA graphs, with symbolic shapes,
 without real inputs or when the graph writes into an input, nothing is measured and the rules decide.
 """
@@ -86,7 +86,7 @@ def forcing(force: dict):
 
 
 def _class(q, k, bias, spec: AttentionSpec, need_dbias: bool) -> Optional[str]:
-    from ..rules import site_class
+    from .rules import site_class
     shape = size_hints((q.shape[1], q.shape[2], k.shape[2]))
     return None if shape is None else site_class(spec, bias is not None, need_dbias, shape[1], shape[2], shape[0])
 
@@ -121,7 +121,7 @@ def _served(spec: AttentionSpec, q, note: str) -> None:
 def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: bool,
                  cuda_graphs: bool = False) -> Optional[str]:
     """Why the site stays with torch.compile for speed, or None (serve it on cuDNN)."""
-    from ..rules import MEASURED_ON, decide, slower_reason
+    from .rules import MEASURED_ON, decide, slower_reason
     if spec.impl != "cudnn" or cuda_graphs:
         return slower_reason(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)
     cls = _class(q, k, bias, spec, need_dbias)
@@ -149,7 +149,7 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
     why = (f"{what} of the whole model, te_compile.tune): the model measured {m.te_ms:.3f} ms with its measured-"
            f"faster sites on cuDNN vs {m.tc_ms:.3f} ms with plain torch.compile, cuDNN faster in {m.wins} of "
            f"{len(m.ratios)} rounds; its graph measured faster, the model's host time outside its graphs did not allow "
-           "it (te_compile.model_check)" if entry.get("scope") == "model" else
+           "it (te_compile.api.model_check)" if entry.get("scope") == "model" else
            f"{what}): {describe(m, cls)}; cuDNN must win by {100 * MIN_MARGIN:.0f}% in the median round and in nearly "
            "every round (te_compile.tuning)")
     return Reason(f"kept for speed ({why}; te_compile.backend(serve='always') serves it anyway", SLOWER,

@@ -1,6 +1,6 @@
 """Measurement on request: a graph timed with the sites of one class on cuDNN and with them on torch.compile.
 
-Each class of sites cuDNN can serve (te_compile.rules.site_class) gets one A/B: the graph rewritten with those sites
+Each class of sites cuDNN can serve (te_compile.tuning.rules.site_class) gets one A/B: the graph rewritten with those sites
 on cuDNN and with them kept (every other site as the cache or the rules decide it), both compiled with Inductor and
 timed whole (forward, or forward + backward) in alternating rounds on the graph's own inputs: what a site costs
 depends on the graph around it, so the graph is what is timed. The verdict is cached under the graph's signature

@@ -13,8 +13,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import reference
-from .score import ir
+from .. import reference
+from ..score import ir
 
 
 def mask_to_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
@@ -89,7 +89,7 @@ def materialize_mask(q: Tensor, k: Tensor, term: str, qb: int, kb: int, kv_num: 
     (unlisted blocks are masked). So any BlockMask, hand-built or not, gives flex's answer.
 
     Inserted by the flex rewrite; never needs a gradient."""
-    from .runtime.blockmask import listed_blocks
+    from ..runtime.blockmask import listed_blocks
 
     env = {**reference.index_env(q, k), "bufs": list(bufs)}
     keep = ir.evaluate(ir.parse(term), env).to(torch.bool)

@@ -2,7 +2,7 @@
 
 Compiles the model once with te_compile (through ``explain``: entries of its own) with measuring on, so each class
 of sites the cache does not know gets its graph A/B (te_compile.tuning.graph_ab); when a class measured faster, the
-whole model is then timed as the user calls it (te_compile.model_check). Later compiles of the same graphs (any
+whole model is then timed as the user calls it (te_compile.api.model_check). Later compiles of the same graphs (any
 process, same GPU, cuDNN and torch) decide from the cache.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Optional
 
-from .tuning import measuring, progress
-from .tuning.graph_ab import measured_log
+from ..tuning import measuring, progress
+from ..tuning.graph_ab import measured_log
 
 
 def tune(fn: Callable, *args: Any, mode: Optional[str] = None, echo: Optional[Callable[[str], None]] = print,

@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from .lowering import prefix
-from .cudnn import native
-from .layout import size_hints
-from .lowering.lower import lower
-from .reasons import SLOWER, Reason, rule_short
-from .spec import AttentionSpec
+from ..lowering import prefix
+from ..cudnn import native
+from ..layout import size_hints
+from ..lowering.lower import lower
+from ..reasons import SLOWER, Reason, rule_short
+from ..spec import AttentionSpec
 
 #: the architecture and cuDNN versions the rules were measured on
 MEASURED_ON = "sm90 (H100, H200), cuDNN 9.19 and 9.27, training steps and forward-only steps"

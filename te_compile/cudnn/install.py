@@ -11,7 +11,7 @@ comes with the ``cuda`` extra (``pip install '.[cuda]'`` from a checkout) or on 
 
 from __future__ import annotations
 
-from .reasons import CUDNN_UNAVAILABLE, Reason
+from ..reasons import CUDNN_UNAVAILABLE, Reason
 
 #: the extra that brings the cuDNN frontend (pyproject.toml's [project.optional-dependencies])
 CUDA_EXTRA = "cuda"

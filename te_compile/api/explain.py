@@ -14,10 +14,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import tuning, user_warnings
-from .backend import explain_backend
-from .reasons import Reason
-from .report import Report, record_reports
+from .. import tuning, user_warnings
+from ..backend import explain_backend
+from ..reasons import Reason
+from ..report import Report, record_reports
 
 
 def _fresh_code(f: Callable) -> Callable:
@@ -92,7 +92,7 @@ NO_GRAPH_NOTE = Reason("Dynamo compiled no graph: the call ran eagerly (torch.co
 def _frontend_here() -> bool:
     """Does the cuDNN frontend load here (its support check runs)?"""
     try:
-        from .cudnn import graphs  # noqa: F401
+        from ..cudnn import graphs  # noqa: F401
     except Exception:  # noqa: BLE001 - not installed, or failing to load: te_compile's own rules decide
         return False
     return True

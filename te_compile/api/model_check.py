@@ -18,9 +18,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .tuning import cache
+from ..tuning import cache
 
-from .tuning.timing import Measurement, measure_pair, step, tensors, wall_timer
+from ..tuning.timing import Measurement, measure_pair, step, tensors, wall_timer
 
 #: the length of one timed round of one variant, ms
 ROUND_MS = 100.0
@@ -38,9 +38,9 @@ def measure_model(fn: Any, args: tuple, kwargs: dict, mode: Optional[str], needs
                   timer=None, compile_fn: Optional[Callable] = None) -> Measurement:
     """Time ``fn`` compiled with te_compile against ``fn`` compiled with plain torch.compile; te_ms is the former.
     ``compile_fn(fn, backend, mode)``: ``explain.isolated_compile`` (tests pass a fake)."""
-    from .backend import backend
+    from ..backend import backend
     from .explain import isolated_compile
-    from .tuning.graph_ab import rng_restored
+    from ..tuning.graph_ab import rng_restored
     compile_fn = compile_fn or isolated_compile
     t0 = time.perf_counter()
     cuda = any(t.is_cuda for t in tensors((list(args), kwargs)))
