@@ -75,7 +75,7 @@ WORKAROUNDS: tuple[Workaround, ...] = (
                "tests/test_cudnn_decisions.py::test_a_derivative_singular_at_a_finite_score_is_kept_in_training"),
     Workaround("float32 bias for a learned table", "the bias gathered from a learned table is handed to cuDNN in "
                "float32 next to bf16 / fp16 q, k, v (dBias still comes back in q's dtype)",
-               "inserted:materialize_bias", "Found by the differential fuzzer",
+               "passes.inserted:materialize_bias", "Found by the differential fuzzer",
                "tests/test_flex.py::test_a_learned_tables_bias_stays_float32"),
     Workaround("native band", "causal / sliding-window mask_mods without a score_mod run as cuDNN's diagonal band",
                "lowering.lower:diagonal_bounds", "Tile skipping with a score_mod",
