@@ -317,3 +317,64 @@ def test_a_failed_execute_warns_once_with_cudnns_status_and_the_call_still_match
     assert end["hits"] == start["hits"], (start, end)  # never tried in C++ again
     for out in outs:
         assert _rows_err(out.float(), want) <= ROWS_TOL
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
+def test_runners_that_leave_their_tables_destroy_their_plans():
+    """Every runner the tables drop (what an eviction from the graph cache does: te_compile.runtime.kernels
+    clear_runners) destroys its cuDNN execution plan: 1000 drops and reloads leave as many plans alive as one,
+    and the process's memory does not grow with them."""
+    from te_compile.runtime import kernels
+    L = 256
+    q, k, v = (torch.randn(1, H, L, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    compiled = torch.compile(lambda q, k, v: flex_attention(q, k, v, score_mod=_softcap),
+                             backend=te_compile.backend(inner="aot_eager", serve="always"), fullgraph=True)
+    want = flex_attention(q.float(), k.float(), v.float(), score_mod=_softcap)
+    with torch.no_grad():
+        compiled(q, k, v)
+        for i in range(1000):
+            if i == 100:
+                torch.cuda.synchronize()
+                rss = _rss_mb()
+            kernels.clear_runners()  # every runner of this process, this test's and any other's
+            assert native.stats()["plans"] == 0, (i, native.stats())
+            out = compiled(q, k, v)  # Python's runner, handed to C++ again: a new plan
+            assert native.stats()["plans"] == 1, (i, native.stats())
+        torch.cuda.synchronize()
+        grew = _rss_mb() - rss
+    assert _rows_err(out.float(), want) <= ROWS_TOL
+    assert grew < 16, f"the process grew {grew:.1f} MB over 900 plan drops and reloads"
+
+
+def test_a_graph_leaving_the_cache_destroys_only_its_runners_plans():
+    """te_compile.cudnn.graphs' cache evicts its least recently used graph alone: C++ drops that graph's runner (its
+    plan destroyed) and keeps running the others."""
+    from te_compile.cudnn import runners
+    from te_compile.runtime import kernels
+    cache = runners.graphs.cache
+    compiled = torch.compile(lambda q, k, v: flex_attention(q, k, v, score_mod=_softcap),
+                             backend=te_compile.backend(inner="aot_eager", serve="always"), dynamic=False)
+    qkv = {L: [torch.randn(1, H, L, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3)] for L in (256, 512, 768)}
+    size = cache.maxsize
+    try:
+        with torch.no_grad():
+            kernels.clear_runners()
+            cache.clear()
+            for L in (256, 512):
+                compiled(*qkv[L])
+            assert native.stats()["plans"] == 2, native.stats()
+            cache.maxsize = len(cache)  # each length put as many graphs in it (the compile's check, the call)
+            compiled(*qkv[768])  # as many again: the 256-token ones, the least recently used, leave the cache
+            s = native.stats()
+            assert s["plans"] == 2 and s["forward_runners"] == 2, s
+            hits = s["hits"]
+            out = compiled(*qkv[512])  # still in C++
+            assert native.stats()["hits"] == hits + 1
+    finally:
+        cache.maxsize = size
+    q, k, v = qkv[512]
+    assert _rows_err(out.float(), flex_attention(q.float(), k.float(), v.float(), score_mod=_softcap)) <= ROWS_TOL

@@ -70,6 +70,29 @@ def test_the_map_is_bounded(monkeypatch):
     kernels.clear_runners()
 
 
+def test_a_graph_leaving_the_cache_takes_only_its_own_runners(monkeypatch):
+    """The graph cache evicts one graph at a time; the runners that run it go (here and in C++, by the graph's id),
+    every other runner stays; emptying the cache empties the runner maps."""
+    from types import SimpleNamespace
+    from te_compile.cudnn import graphs
+    forgotten = []
+    monkeypatch.setattr(native, "forget", forgotten.append)
+    kernels.clear_runners()
+    cache = graphs.GraphCache(maxsize=2)
+    cache.on_forget.append(kernels.forget_graph)
+    built = {key: cache.get((key,), lambda key=key: SimpleNamespace(name=key)) for key in ("a", "b")}
+    spec = AttentionSpec(impl="reference")
+    for key, g in built.items():
+        kernels._fwd[("fwd", key)] = kernels._Entry(spec, SimpleNamespace(launch=SimpleNamespace(built=g)))
+        kernels._bwd[("bwd", key)] = kernels._Entry(spec, SimpleNamespace(launch=SimpleNamespace(built=g)))
+    kernels._fwd[("fwd", "general")] = kernels._Entry(spec, SimpleNamespace())  # runs no cached graph of its own
+    cache.get(("c",), lambda: SimpleNamespace(name="c"))  # "a", the least recently used, leaves
+    assert forgotten == [id(built["a"])]
+    assert set(kernels._fwd) == {("fwd", "b"), ("fwd", "general")} and set(kernels._bwd) == {("bwd", "b")}
+    cache.clear()
+    assert not kernels._fwd and not kernels._bwd
+
+
 # --------------------------------------------------------------------------- decisions taken once per runner
 
 def test_rows_an_emitted_mask_empties_are_found_once_and_filled():
@@ -252,11 +275,12 @@ def test_register_decodes_the_plan_and_records_what_it_declines(monkeypatch):
     monkeypatch.setattr(native, "_ext", ext)
     monkeypatch.setattr(native, "declined", {})
     q, k, v = _qkv()
-    info = {"plan": _blob(), "n_inputs": 0, "consts": [], "out_shape": [1, 2, 16, 8], "out_stride": [256, 128, 8, 1],
+    info = {"plan": _blob(), "owner": 7, "n_inputs": 0, "consts": [], "out_shape": [1, 2, 16, 8], "out_stride": [256, 128, 8, 1],
             "bias_shape": [], "bias_copy": False, "rows": None, "bias_rows": False, "block": False}
     native.register("forward", (q, k, v, None, [], "spec"), info)
     (name, args), = ext.calls
-    assert name == "register_forward" and args[6] == '{"plan": 1}' and args[7] == [1, 2, 3, 7, 8, 9, 100, 101, 400]
+    assert name == "register_forward" and args[6] == 7  # the graph's id: forget(7) drops the runner
+    assert args[7] == '{"plan": 1}' and args[8] == [1, 2, 3, 7, 8, 9, 100, 101, 400]
     native.register("forward", (q, k, v, None, [], "spec"), dict(info, plan=_blob(variant_pack_replacements=[[1, 2]])))
     assert len(ext.calls) == 1
     assert list(native.declined) == ["forward: the plan's variant pack has pointer replacements"]

@@ -174,8 +174,9 @@ class GraphCache:
         self._lock = threading.Lock()
         self.builds = 0
         self.build_seconds = 0.0
-        #: called when graphs leave the cache (te_compile.cudnn.runners drops its runners)
-        self.on_forget: list[Callable[[], None]] = []
+        #: called with each graph that leaves the cache, or None when the cache empties (the runner maps of
+        #: te_compile.runtime.kernels drop the runners built on it)
+        self.on_forget: list[Callable[[Any], None]] = []
 
     def get(self, key: tuple, build: Callable[[], _Built]) -> _Built:
         hit = self._entries.get(key)
@@ -186,8 +187,7 @@ class GraphCache:
                     hit = self._build(key, build)
                     self._entries[key] = hit
                     while len(self._entries) > max(1, self.maxsize):
-                        self._entries.popitem(last=False)
-                        self._forget()
+                        self._forget(self._entries.popitem(last=False)[1])
         else:
             try:
                 self._entries.move_to_end(key)
@@ -214,12 +214,12 @@ class GraphCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
-            self._forget()
+            self._forget(None)
 
-    def _forget(self) -> None:
-        """A graph left the cache: whatever holds built graphs per call signature lets go of them too."""
+    def _forget(self, gone: "_Built | Unsupported | None") -> None:
+        """A graph left the cache (None: every graph): whatever holds it per call signature lets go of it too."""
         for fn in self.on_forget:
-            fn()
+            fn(gone)
 
     def __len__(self) -> int:
         return len(self._entries)

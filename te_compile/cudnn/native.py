@@ -247,14 +247,14 @@ def _flags(includes: list[str]) -> tuple[list[str], list[str]]:
 
     torch_lib = Path(torch.__file__).parent / "lib"
     debug = ["-g"] if env.value("TE_COMPILE_NATIVE_DEBUG") else []
-    cflags = debug + ["-O2", "-fPIC", "-std=c++17", "-w",
-
-              "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    cflags = debug + ["-O2", "-fPIC", "-std=c++17", "-Wall", "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI"):
         val = getattr(torch._C, f"_PYBIND11_{name}", None)
         if val is not None:
             cflags.append(f'-DPYBIND11_{name}="{val}"')
-    incs = [f"-I{p}" for p in cpp_extension.include_paths() + [sysconfig.get_paths()["include"]] + includes]
+    # torch's and Python's headers as system headers: -Wall speaks of te_compile's code only
+    incs = ([f"-isystem{p}" for p in cpp_extension.include_paths() + [sysconfig.get_paths()["include"]]]
+            + [f"-I{p}" for p in includes])
     ldflags = ["-shared", f"-L{torch_lib}", f"-Wl,-rpath,{torch_lib}", "-lc10", "-lc10_cuda",
                "-ltorch", "-ltorch_cpu", "-ltorch_python", "-ldl"]
     return cflags + incs, ldflags
@@ -327,8 +327,8 @@ def register(direction: str, args: tuple, info: dict) -> None:
     if isinstance(vp, str):
         decline(direction, vp)
         return
-    pack = (vp.plan_json, list(vp.uids), list(vp.kinds), list(vp.payloads), list(vp.offsets), vp.fe_workspace,
-            info["n_inputs"], info["consts"])
+    pack = (info["owner"], vp.plan_json, list(vp.uids), list(vp.kinds), list(vp.payloads), list(vp.offsets),
+            vp.fe_workspace, info["n_inputs"], info["consts"])
     try:
         if direction == "forward":
             q, k, v, bias, extra, spec = args
@@ -340,7 +340,7 @@ def register(direction: str, args: tuple, info: dict) -> None:
                                   info["grad_strides"], info["need_dbias"], info["bias_shape"], info["bias_copy"],
                                   info["guard_lse"])
     except Exception as e:  # noqa: BLE001 - a runner C++ refuses stays with Python; the call itself goes on
-        decline(direction, f"{type(e).__name__}: {e}")
+        decline(direction, f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}")  # TORCH_CHECK's message
 
 
 _ffi_set = False
@@ -393,9 +393,16 @@ def clear() -> None:
         _ext.clear()
 
 
+def forget(owner: int) -> None:
+    """Drop the runners registered with ``owner`` (the id of the cuDNN graph they run; each destroys its plan)."""
+    if _ext is not None:
+        _ext.forget(owner)
+
+
 def stats() -> dict:
     """Calls the native path ran (hits; ``replays`` of them launched a captured graph) and handed to Python
-    (misses), the graphs it captured, the runners it holds, and the runners whose execute failed
+    (misses), the graphs it captured, the runners it holds, the cuDNN execution plans alive (``plans``: each runner
+    owns its plan and destroys it when it leaves its table), and the runners whose execute failed
     (``failed_runners``: each warned once and sends its calls to Python)."""
     return dict(_ext.stats(), declined=dict(declined)) if _ext is not None else {}
 

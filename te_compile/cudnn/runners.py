@@ -213,7 +213,7 @@ def _native_info(launch: graphs.Launch, rows: Optional[Tensor] = None, bias_rows
     blob = launch.built.serialized()
     if blob is None:
         return None
-    return {"plan": blob, "workspace": int(launch.built.workspace),
+    return {"plan": blob, "owner": id(launch.built), "workspace": int(launch.built.workspace),
             "consts": [float(c.item()) for c in launch.consts], "reads_inputs": launch.reads_inputs,
             "out_shape": list(launch.out_shape), "out_stride": list(launch.out_stride),
             "grad_strides": [list(s) for s in launch.grad_strides], "need_dbias": launch.need_dbias,

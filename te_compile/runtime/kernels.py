@@ -314,9 +314,22 @@ def clear_runners() -> None:
     native.clear()
 
 
+def forget_graph(built) -> None:
+    """A cuDNN graph left te_compile.cudnn.graphs' cache (None: all of them): the runners that run it go, here and in
+    C++ (which destroys their plans); every other runner stays."""
+    if built is None:
+        clear_runners()
+        return
+    for table in (_fwd, _bwd):
+        for key in [key for key, e in list(table.items()) if getattr(getattr(e.runner, "launch", None), "built", None)
+                    is built]:
+            table.pop(key, None)
+    native.forget(id(built))
+
+
 def _forget_with_graphs(graphs) -> None:
-    if clear_runners not in graphs.cache.on_forget:
-        graphs.cache.on_forget.append(clear_runners)
+    if forget_graph not in graphs.cache.on_forget:
+        graphs.cache.on_forget.append(forget_graph)
 
 
 def _check_block(s: AttentionSpec, q: Tensor, k: Tensor, extra: list[Tensor], spec: str) -> None:

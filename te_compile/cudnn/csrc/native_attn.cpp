@@ -147,7 +147,9 @@ struct Slot {
 };
 
 struct Runner {
-    cudnnBackendDescriptor_t plan = nullptr;  // finalized execution plan (kept for the process)
+    cudnnBackendDescriptor_t plan = nullptr;  // finalized execution plan, owned: destroyed with the runner
+    c10::DeviceIndex device = 0;
+    int64_t owner = 0;  // the cuDNN graph it runs (Python's id of it; 0: none): forget(owner) drops it
     int64_t workspace = 0;                    // bytes: the frontend's part first, then the engine's
     int64_t engine_offset = 0;                // where the engine's workspace starts
     std::vector<int64_t> uids;
@@ -183,7 +185,10 @@ struct Runner {
 };
 
 std::shared_mutex g_mutex;
-std::unordered_map<Key, std::shared_ptr<Runner>, KeyHash> g_fwd, g_bwd;
+// allocated once and never destroyed: a runner's destructor calls CUDA and cuDNN, which may be gone when a process's
+// statics die
+auto &g_fwd = *new std::unordered_map<Key, std::shared_ptr<Runner>, KeyHash>();
+auto &g_bwd = *new std::unordered_map<Key, std::shared_ptr<Runner>, KeyHash>();
 // BlockMasks Python has checked: (spec, B, H, L, S, then each BlockMask and input tensor's pointer, version,
 // sizes and strides)
 std::unordered_set<Key, KeyHash> g_blocks;
@@ -191,6 +196,7 @@ constexpr size_t kMaxRunners = 4096;
 constexpr size_t kMaxBlocks = 1024;
 
 std::atomic<int64_t> g_hits{0}, g_misses{0}, g_failed{0};
+std::atomic<int64_t> g_plans{0};  // execution plan descriptors alive (created, not yet destroyed)
 
 // Python callables (never freed: they must outlive every call, and Python may be finalizing when statics die)
 py::object *g_fwd_miss = nullptr, *g_bwd_miss = nullptr, *g_grad_fwd = nullptr;
@@ -263,9 +269,42 @@ constexpr size_t kMaxGraphs = 64;   // per runner
 constexpr size_t kMaxSeen = 256;    // per runner
 constexpr int kMaxResets = 4;       // then the runner executes only
 
+bool capturing(cudaStream_t stream);
+
+// Plans whose runner went while a CUDA graph was being captured (no device sync is allowed then): destroyed by the
+// next runner that goes outside a capture.
+std::mutex g_unreleased_mutex;
+std::vector<std::pair<c10::DeviceIndex, cudnnBackendDescriptor_t>> g_unreleased;
+
+void destroy_plan(c10::DeviceIndex device, cudnnBackendDescriptor_t plan) noexcept {
+    if (cuda.is_capturing == nullptr || capturing(c10::cuda::getCurrentCUDAStream(device).stream())) {
+        std::lock_guard<std::mutex> lock(g_unreleased_mutex);
+        g_unreleased.emplace_back(device, plan);
+        return;
+    }
+    std::vector<std::pair<c10::DeviceIndex, cudnnBackendDescriptor_t>> plans{{device, plan}};
+    {
+        std::lock_guard<std::mutex> lock(g_unreleased_mutex);
+        plans.insert(plans.end(), g_unreleased.begin(), g_unreleased.end());
+        g_unreleased.clear();
+    }
+    for (auto const &p : plans) {
+        try {
+            c10::cuda::CUDAGuard on(p.first);
+            c10::cuda::device_synchronize();  // work a call queued with the plan finishes before the plan goes
+        } catch (c10::Error const &) {
+            continue;  // the device is in error: the plan stays (destroying it could free what a kernel still reads)
+        }
+        api.destroy_descriptor(p.second);
+        g_plans--;
+    }
+}
+
+// The last reference to a runner goes when it leaves its table and no call holds it any more.
 Runner::~Runner() {
     if (cuda.exec_destroy)
         for (auto &kv : graphs) cuda.exec_destroy(kv.second);  // an in-flight launch completes first
+    if (plan != nullptr && api.destroy_descriptor != nullptr) destroy_plan(device, plan);
 }
 
 std::string status_text(cudnnStatus_t st) {
@@ -273,7 +312,7 @@ std::string status_text(cudnnStatus_t st) {
 }
 
 void check(cudnnStatus_t st, char const *what) {
-    if (st != CUDNN_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": cuDNN status " + status_text(st));
+    TORCH_CHECK(st == CUDNN_STATUS_SUCCESS, what, ": cuDNN status ", status_text(st));
 }
 
 cudnnHandle_t handle_for(c10::DeviceIndex device, cudaStream_t stream) {
@@ -476,13 +515,24 @@ std::string execute(Runner &r, Tensor const &like, Tensor const *const *small, a
     return error;
 }
 
+// A RuntimeWarning through Python's warnings module: a kernel the dispatcher calls from a compiled graph has no
+// handler that turns c10's warnings into Python's, so TORCH_WARN would only reach stderr. Where Python refuses the
+// warning (a filter that makes it an error), it goes to c10's handler instead.
+void warn_in_python(std::string const &message) {
+    py::gil_scoped_acquire gil;
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) != 0) {
+        PyErr_Clear();
+        TORCH_WARN(message);
+    }
+}
+
 // A runner whose execute failed: warned once with what failed, and never tried again (its calls go to Python,
 // which runs the same plan through the frontend and raises cuDNN's error if it fails there too).
 void mark_failed(Runner &r, char const *direction, std::string const &error) {
     if (!r.failed.exchange(true)) {
         g_failed++;
-        TORCH_WARN("te_compile: the native call path could not run a cuDNN ", direction, " plan (", error,
-                   "); calls of this signature go through Python from now on");
+        warn_in_python("te_compile: the native call path could not run a cuDNN " + std::string(direction) +
+                       " plan (" + error + "); calls of this signature go through Python from now on");
     }
 }
 
@@ -572,8 +622,8 @@ std::vector<Tensor> run_interval(Runner const &r, std::vector<Tensor> operands, 
     std::string error;
     auto outs = te_interval::run(*r.launches, std::move(operands), device, error);
     if (outs.empty() && !g_interval_off.exchange(true))
-        TORCH_WARN("te_compile: a C++ launch of cuDNN's interval kernels failed (", error,
-                   "); these calls go through the frontend's Python from now on");
+        warn_in_python("te_compile: a C++ launch of cuDNN's interval kernels failed (" + error +
+                       "); these calls go through the frontend's Python from now on");
     return outs;
 }
 
@@ -699,8 +749,8 @@ Grads bwd_autograd(c10::DispatchKeySet ks, Tensor const &dout, Tensor const &q, 
                    c10::string_view spec, bool need_dbias, OptTensor const &dlse) {
     if (at::GradMode::is_enabled() &&
         (any_requires_grad({&dout, &q, &k, &v, &out, &lse}, bias, extra) || (dlse && dlse->requires_grad()))) {
-        throw std::runtime_error("te_compile: double backward (create_graph=True) through a te_compile attention op is "
-                                 "not supported; compile this model without te_compile for higher-order gradients");
+        TORCH_CHECK(false, "te_compile: double backward (create_graph=True) through a te_compile attention op is "
+                           "not supported; compile this model without te_compile for higher-order gradients");
     }
     static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("te_compile::attn_bwd", "").typed<BwdSig>();
     return op.redispatch(ks & c10::after_autograd_keyset, dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse);
@@ -817,16 +867,18 @@ std::shared_ptr<Runner> load_runner(std::string const &plan_json, int64_t device
                                     std::vector<int64_t> const &kinds, std::vector<py::bytes> const &payloads,
                                     std::vector<int64_t> const &offsets, int64_t fe_workspace, int64_t n_inputs,
                                     std::vector<double> const &consts) {
-    if (api.lib == nullptr) throw std::runtime_error("te_compile native: not initialized");
-    if (uids.size() != kinds.size() || uids.size() != payloads.size() || uids.size() != offsets.size())
-        throw std::runtime_error("variant pack lists of different lengths");
+    TORCH_CHECK(api.lib != nullptr, "te_compile native: not initialized");
+    TORCH_CHECK(uids.size() == kinds.size() && uids.size() == payloads.size() && uids.size() == offsets.size(),
+                "variant pack lists of different lengths");
     auto r = std::make_shared<Runner>();
     TE_DEBUG("load_runner: handle");
     c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
     auto stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device));
     cudnnHandle_t h = handle_for(static_cast<c10::DeviceIndex>(device), stream.stream());
     TE_DEBUG("load_runner: plan");
+    r->device = static_cast<c10::DeviceIndex>(device);
     check(api.create_descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &r->plan), "create execution plan");
+    g_plans++;
     check(api.set_attribute(r->plan, CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
                             static_cast<int64_t>(plan_json.size()), plan_json.data()),
           "set the plan's JSON");
@@ -850,23 +902,23 @@ std::shared_ptr<Runner> load_runner(std::string const &plan_json, int64_t device
         Slot s{Slot::OPERAND, uid, 0};
         if (kinds[i] == 1) {
             std::string bytes = payloads[i];
-            if (bytes.size() > 8) throw std::runtime_error("a constant wider than 8 bytes (uid " + std::to_string(uid) + ")");
+            TORCH_CHECK(bytes.size() <= 8, "a constant wider than 8 bytes (uid ", uid, ")");
             std::array<uint8_t, 8> b{};
             std::memcpy(b.data(), bytes.data(), bytes.size());
             s = Slot{Slot::HOST, uid, static_cast<int64_t>(r->host.size())};
             r->host.push_back(b);
         } else if (kinds[i] == 2 || kinds[i] == 4) {
-            if (offsets[i] < 0 || offsets[i] >= std::max<int64_t>(fe_workspace, 1))
-                throw std::runtime_error("a workspace slot outside the frontend's workspace (uid " + std::to_string(uid) + ")");
+            TORCH_CHECK(offsets[i] >= 0 && offsets[i] < std::max<int64_t>(fe_workspace, 1),
+                        "a workspace slot outside the frontend's workspace (uid ", uid, ")");
             s = Slot{Slot::WORKSPACE, uid, offsets[i]};
             if (kinds[i] == 4) {
                 std::string bytes = payloads[i];
                 int64_t n = 0;
-                if (bytes.size() != 8) throw std::runtime_error("a zeroed workspace slot without its size");
+                TORCH_CHECK(bytes.size() == 8, "a zeroed workspace slot without its size");
                 std::memcpy(&n, bytes.data(), 8);
-                if (n < 0 || offsets[i] + n > fe_workspace)
-                    throw std::runtime_error("a zeroed workspace region outside the frontend's workspace");
-                if (cuda.memset == nullptr) throw std::runtime_error("cudaMemsetAsync not found in this process");
+                TORCH_CHECK(n >= 0 && offsets[i] + n <= fe_workspace,
+                            "a zeroed workspace region outside the frontend's workspace");
+                TORCH_CHECK(cuda.memset != nullptr, "cudaMemsetAsync not found in this process");
                 r->zeroed.emplace_back(offsets[i], n);
             }
         } else if (kinds[i] == 3) {
@@ -881,30 +933,33 @@ std::shared_ptr<Runner> load_runner(std::string const &plan_json, int64_t device
             bool known = (uid >= UID_INPUTS && uid < UID_CONSTS && uid - UID_INPUTS < n_inputs) || uid == UID_Q ||
                          uid == UID_K || uid == UID_V || uid == UID_BIAS || uid == UID_O || uid == UID_STATS ||
                          uid == UID_DO || uid == UID_DQ || uid == UID_DK || uid == UID_DV || uid == UID_DBIAS;
-            if (!known) throw std::runtime_error("the plan reads an operand te_compile does not pass (uid " + std::to_string(uid) + ")");
+            TORCH_CHECK(known, "the plan reads an operand te_compile does not pass (uid ", uid, ")");
         }
         r->uids.push_back(uid);
         r->slots.push_back(s);
     }
-    if (r->uids.size() > 48) throw std::runtime_error("too many variant pack slots");
+    TORCH_CHECK(r->uids.size() <= 48, "too many variant pack slots");
     TE_DEBUG("load_runner: done");
     return r;
 }
 
 void remember(std::unordered_map<Key, std::shared_ptr<Runner>, KeyHash> &table, Key key, std::shared_ptr<Runner> r) {
+    std::unordered_map<Key, std::shared_ptr<Runner>, KeyHash> full;  // destroyed after the lock is released
     std::unique_lock<std::shared_mutex> lock(g_mutex);
-    if (table.size() >= kMaxRunners) table.clear();
+    if (table.size() >= kMaxRunners) full.swap(table);
     table[std::move(key)] = std::move(r);
 }
 
 void register_forward(Tensor const &q, Tensor const &k, Tensor const &v, OptTensor const &bias,
-                      std::vector<Tensor> const &extra, std::string const &spec, std::string const &plan_json,
+                      std::vector<Tensor> const &extra, std::string const &spec, int64_t owner,
+                      std::string const &plan_json,
                       std::vector<int64_t> const &uids, std::vector<int64_t> const &kinds,
                       std::vector<py::bytes> const &payloads, std::vector<int64_t> const &offsets, int64_t fe_workspace,
                       int64_t n_inputs, std::vector<double> const &consts, std::vector<int64_t> out_shape,
                       std::vector<int64_t> out_stride, std::vector<int64_t> bias_shape, bool bias_copy, OptTensor rows,
                       bool bias_rows, bool block) {
     auto r = load_runner(plan_json, q.device().index(), uids, kinds, payloads, offsets, fe_workspace, n_inputs, consts);
+    r->owner = owner;
     r->out_shape = std::move(out_shape);
     r->out_stride = std::move(out_stride);
     r->lse_shape = {r->out_shape[0], r->out_shape[1], r->out_shape[2]};
@@ -918,14 +973,15 @@ void register_forward(Tensor const &q, Tensor const &k, Tensor const &v, OptTens
 
 void register_backward(Tensor const &dout, Tensor const &q, Tensor const &k, Tensor const &v, Tensor const &out,
                        Tensor const &lse, OptTensor const &bias, std::vector<Tensor> const &extra,
-                       std::string const &spec, bool need_dbias, std::string const &plan_json,
+                       std::string const &spec, bool need_dbias, int64_t owner, std::string const &plan_json,
                        std::vector<int64_t> const &uids, std::vector<int64_t> const &kinds,
                        std::vector<py::bytes> const &payloads, std::vector<int64_t> const &offsets,
                        int64_t fe_workspace, int64_t n_inputs, std::vector<double> const &consts,
                        std::vector<std::vector<int64_t>> grad_strides, bool plan_dbias, std::vector<int64_t> bias_shape,
                        bool bias_copy, bool guard) {
-    if (grad_strides.size() != 3) throw std::runtime_error("three gradient layouts expected");
+    TORCH_CHECK(grad_strides.size() == 3, "three gradient layouts expected");
     auto r = load_runner(plan_json, q.device().index(), uids, kinds, payloads, offsets, fe_workspace, n_inputs, consts);
+    r->owner = owner;
     r->grad_strides = std::move(grad_strides);
     r->need_dbias = plan_dbias;
     r->bias_shape = std::move(bias_shape);
@@ -1049,10 +1105,26 @@ void block_checked(Tensor const &q, Tensor const &k, std::vector<Tensor> const &
 }
 
 void clear() {
+    std::unordered_map<Key, std::shared_ptr<Runner>, KeyHash> fwd, bwd;  // destroyed after the lock is released
     std::unique_lock<std::shared_mutex> lock(g_mutex);
-    g_fwd.clear();
-    g_bwd.clear();
+    fwd.swap(g_fwd);
+    bwd.swap(g_bwd);
     g_blocks.clear();
+}
+
+// Drop the runners of one cuDNN graph (it left Python's graph cache); their plans go with them.
+void forget(int64_t owner) {
+    std::vector<std::shared_ptr<Runner>> gone;  // destroyed after the lock is released
+    std::unique_lock<std::shared_mutex> lock(g_mutex);
+    for (auto *table : {&g_fwd, &g_bwd})
+        for (auto it = table->begin(); it != table->end();) {
+            if (owner != 0 && it->second->owner == owner) {
+                gone.push_back(std::move(it->second));
+                it = table->erase(it);
+            } else {
+                ++it;
+            }
+        }
 }
 
 py::dict stats() {
@@ -1068,6 +1140,7 @@ py::dict stats() {
     d["replay"] = g_replay.load() && cuda.ok();
     d["interval_launch_failed"] = g_interval_off.load();
     d["failed_runners"] = g_failed.load();
+    d["plans"] = g_plans.load();
     return d;
 }
 
@@ -1100,6 +1173,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("set_tvm_ffi", &set_tvm_ffi);
     m.def("block_checked", &block_checked);
     m.def("clear", &clear);
+    m.def("forget", &forget, "drop the runners of one cuDNN graph (the owner id they were registered with)");
     m.def("stats", &stats);
     m.def("uids", &uids);
     m.def("set_replay", &set_replay);
