@@ -145,6 +145,29 @@ def test_site_classes(spec, L, want):
     assert rules.site_class(spec, False, False, L, L, 16) == want
 
 
+@pytest.mark.parametrize("spec, L, want", [
+    (AttentionSpec(source="flex", scale=0.1), 1, "flex decoding"),
+    (AttentionSpec(source="flex", scale=0.1), 16, "flex decoding"),
+    (AttentionSpec(source="flex", scale=0.1), 17, "flex plain"),
+    (AttentionSpec(source="flex", scale=0.1, score=SOFTCAP), 1, "flex score_mod"),
+    (AttentionSpec(), 1, "sdpa decoding"),
+    (AttentionSpec(), 16, "sdpa decoding"),
+    (AttentionSpec(), 17, "sdpa"),
+    (AttentionSpec(mask="causal"), 1, "sdpa"),
+    # a decoding mask (kv_idx <= q_idx + offset) as a BlockMask, or materialized as a bias: not unmasked decoding
+    (AttentionSpec(source="flex", scale=0.1, block_q=128, block_kv=128), 1, "flex plain"),
+    (AttentionSpec(source="flex", scale=0.1, empty_rows=True), 16, "flex plain"),
+])
+def test_a_few_queries_against_a_long_cache_are_decoding(spec, L, want):
+    """Decoding (at most 16 query tokens against a KV cache of 32768 keys) is a class of its own: served where flex has
+    no mask_mod and SDPA no mask; anything else keeps its class."""
+    assert rules.site_class(spec, False, False, L, 32768, 32) == want
+    if want.endswith("decoding"):
+        served, why = rules.decide(_t(1, 32, L, 128), _t(1, 32, 32768, 128), _t(1, 32, 32768, 128), None, spec,
+                                   False, False)
+        assert served and want in why, why
+
+
 def _t(*shape):
     return torch.empty(*shape, dtype=torch.bfloat16, device="meta")
 

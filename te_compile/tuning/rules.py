@@ -23,6 +23,7 @@ from ..spec import AttentionSpec
 MEASURED_ON = "sm90 (H100, H200), cuDNN 9.19 and 9.27, training steps and forward-only steps"
 #: keys per query below which a band is a "narrow window" (the sweeps' windows of 1024 serve, models' 512 do not)
 NARROW_WINDOW = 1024
+DECODING = 16  #: query tokens up to which a site is a decoding step (the decode sweep's 1 and 16 against a KV cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,19 +46,15 @@ _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8
 _FLEX = _SHORT + _NATIVE + _DEFAULT
 _MASKS = ("masks-native-h200-919-2026-11-28-2x16x4096x128.json", "masks-replay-h200-919-2026-11-28-1x8x32768x128.json")
 _MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS, ("flex document4", "flex document16"))
+_DECODE = "decode-h200-919-2026-11-29.json"
 _MASKS_PY = (tuple(f"masks-replay-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128")), ("flex document4", "flex document16"))  # the interval kernels launched from Python
 
 RULES: dict[str, Rule] = {
-    "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: te_compile's steps were "
-                 "0.58-1.02x of torch.compile's at 512-16384 tokens", (("sweep-sdpa-before-h200-2026-11-26.json",
-                                                       ("sdpa none", "sdpa causal")),),
+    "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: te_compile's steps were 0.58-1.02x of torch.compile's at 512-16384 tokens", (("sweep-sdpa-before-h200-2026-11-26.json", ("sdpa none", "sdpa causal")),),
         short="plain SDPA (torch's own cuDNN/flash kernel)"),
-    "sdpa mask": Rule(None, None, "torch runs its own cuDNN kernel with a bool mask or a frozen bias (not measured "
-                      "apart from SDPA without one: taken as equal)",
+    "sdpa mask": Rule(None, None, "torch runs its own cuDNN kernel with a bool mask or a frozen bias (not measured apart from SDPA without one: taken as equal)",
         short="SDPA with a mask (torch's own cuDNN kernel)"),
-    "sdpa learned bias": Rule(4096, 4096, "torch falls back to its efficient kernel for a bias with a gradient: "
-                              "1.80-2.07x steps from 4096 tokens, none faster at 1024",
-                              (("sweep-sdpa-h200-2026-11-26.json", ("sdpa learned bias",)),),
+    "sdpa learned bias": Rule(4096, 4096, "torch falls back to its efficient kernel for a bias with a gradient: 1.80-2.07x steps from 4096 tokens, none faster at 1024", (("sweep-sdpa-h200-2026-11-26.json", ("sdpa learned bias",)),),
         short="a learned SDPA bias"),
     "flex plain": Rule(256, 512, "cuDNN's kernels 1.26-1.44x Inductor's from 1024 tokens (0.95-1.05x at 256-512); training "
                        "steps 1.20-1.64x from 256 tokens (native call path: less host time per call)",
@@ -97,6 +94,10 @@ RULES: dict[str, Rule] = {
     "flex additive score_mod + mask": Rule(None, None, "an additive score_mod with a mask cuDNN computes every tile "
                                            "of: 0.80x steps",
         short="an additive score_mod with a mask"),
+    "sdpa decoding": Rule(1, None, "at most 16 query tokens against a KV cache, no mask: calls 1.50-2.71x of torch's at 1024-32768 keys (host time), 0.99x at 16 x 32768 (kernels)", ((_DECODE, ("sdpa",)),),
+        short="SDPA decoding (at most 16 queries)"),
+    "flex decoding": Rule(1, 1, "at most 16 query tokens against a KV cache, no mask_mod: calls 2.96-3.08x of Inductor's flex decoding at 1024 keys, 6.1-28x at 32768 (kernels)", ((_DECODE, ("flex",)),),
+        short="flex decoding (at most 16 queries)"),
     "flex gathered bias": Rule(4096, 4096, "a relative-position table gathered into a bias: 2.2x steps, as SDPA's "
                                "learned bias (from 4096 tokens)",
         short="a gathered bias"),
@@ -112,7 +113,7 @@ def site_class(spec: AttentionSpec, has_bias: bool, need_dbias: bool, L: int, S:
         return "flex intervals, document ids" if spec.n_inputs else "flex intervals"
     if spec.source != "flex":
         if not has_bias:
-            return "sdpa"
+            return "sdpa decoding" if L <= DECODING and spec.mask == "none" else "sdpa"
         return "sdpa learned bias" if need_dbias else "sdpa mask"
     if not has_bias and prefix.split(spec, L, S) is not None:
         return "flex prefix split"
@@ -129,7 +130,8 @@ def site_class(spec: AttentionSpec, has_bias: bool, need_dbias: bool, L: int, S:
             return "flex narrow window"
         return "flex narrow band" if left is not None and (left + right) < S // 2 else "flex native band"
     if lw.score is None and lw.mask is None:
-        return "flex plain"
+        unmasked = not (spec.mask_mod or spec.block_q or spec.empty_rows or has_bias)  # no mask, not even as a bias
+        return "flex decoding" if L <= DECODING and unmasked else "flex plain"
     if lw.score is None or (lw.mask is not None and lw.mask_first is None):
         return "flex emitted mask"
     additive = lw.deriv is not None and lw.deriv.is_const(1.0)
