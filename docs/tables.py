@@ -175,7 +175,7 @@ def render(link_prefix: str) -> str:
 
 
 #: one block per card
-HOST_TIMES = ("docs/data/host-time-h200-919-2026-11-28-allowlist.json", "docs/data/host-time-replays-h100-919-2026-11-28.json")
+HOST_TIMES = ("docs/data/host-time-h200-919-2026-11-28-allowlist.json",)
 #: bench/host_time.py's call names -> the table's row labels, in the table's order
 HOST_ROWS = (("te op fwd (native)", "te op fwd, native"), ("te op fwd (native, no replays)", "te op fwd, native, no replays"),
              ("te op fwd (python)", "te op fwd, Python path"), ("aten cuDNN SDPA fwd", "aten cuDNN SDPA fwd"),
@@ -1232,7 +1232,7 @@ def render_dist_correctness(link_prefix: str) -> str:
 TABLES = {NAME: (render_headline, TARGETS), README_NAME: (render_readme, {"README.md": "docs/data/"}),
           "host-time": (render_host_time, BENCHMARKS),
           "rules": (render_rules, {"docs/README.md": "data/"}),
-          "summary": (render_summary, BENCHMARKS), "flex-tuned": (render_flex_tuned, BENCHMARKS),
+          "summary": (render_summary, BENCHMARKS), "flex-tuned": (render_flex_tuned, {"docs/history.md": "data/"}),
           "flex-shapes": (render_flex_shapes, BENCHMARKS),
           "flex-per-call": (render_flex_per_call, {"docs/history.md": "data/"}), "sdpa": (render_sdpa_and_bias, BENCHMARKS),
           "hf-flash": (render_hf_models, BENCHMARKS), "hf-4096": (render_hf_4096, BENCHMARKS),
