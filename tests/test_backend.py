@@ -114,3 +114,34 @@ def test_ops_are_recordable_in_cuda_graphs_unless_opted_out():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "TE_COMPILE_CUDAGRAPH_UNSAFE": "1"}).stdout
     assert out.strip() == "True"
+
+
+def test_a_graph_whose_sites_are_all_kept_runs_the_inner_compilers_callable_itself(monkeypatch):
+    """A kept site costs what torch.compile costs: the graph reaches Inductor as Dynamo captured it, the backend
+    returns Inductor's callable unwrapped, and Dynamo's guard settings stay its defaults."""
+    import sys
+    B = sys.modules["te_compile.backend"]  # te_compile.backend is the function
+    inner_got, returned = {}, {}
+
+    def inner(name, gm, example_inputs, config):
+        inner_got["code"], inner_got["fn"] = gm.code, lambda *args: gm.forward(*args)
+        return inner_got["fn"]
+
+    real = B.compile_graph
+
+    def spy(*args, **kw):
+        returned["fn"] = real(*args, **kw)
+        return returned["fn"]
+
+    monkeypatch.setattr(B, "_inner_compile", inner)
+    monkeypatch.setattr(B, "compile_graph", spy)
+    skip = getattr(torch._dynamo.config, "skip_tensor_guards_with_matching_dict_tags", None)
+    torch._dynamo.reset()
+    q, k, v = _qkv()
+    with record_reports() as graphs:
+        out = torch.compile(attn, backend="te_compile")(q, k, v)
+    assert [d.runs_on for g in graphs for d in g.decisions] == ["kept"]
+    assert returned["fn"] is inner_got["fn"]
+    assert "scaled_dot_product_attention" in inner_got["code"] and "te_compile" not in inner_got["code"]
+    assert getattr(torch._dynamo.config, "skip_tensor_guards_with_matching_dict_tags", None) == skip
+    torch.testing.assert_close(out, attn(q, k, v))
