@@ -95,9 +95,9 @@ RULES: dict[str, Rule] = {
                                            "of: 0.80x steps",
         short="an additive score_mod with a mask"),
     "sdpa decoding": Rule(1, None, "at most 16 query tokens against a KV cache, no mask: calls 1.50-2.71x of torch's at 1024-32768 keys (host time), 0.99x at 16 x 32768 (kernels)", ((_DECODE, ("sdpa",)),),
-        short="SDPA decoding (at most 16 queries)"),
+        short="SDPA decoding, no mask"),
     "flex decoding": Rule(1, 1, "at most 16 query tokens against a KV cache, no mask_mod: calls 2.96-3.08x of Inductor's flex decoding at 1024 keys, 6.1-28x at 32768 (kernels)", ((_DECODE, ("flex",)),),
-        short="flex decoding (at most 16 queries)"),
+        short="flex decoding, no mask"),
     "flex gathered bias": Rule(4096, 4096, "a relative-position table gathered into a bias: 2.2x steps, as SDPA's "
                                "learned bias (from 4096 tokens)",
         short="a gathered bias"),
