@@ -190,7 +190,9 @@ def test_plans_the_native_runner_cannot_fill_stay_with_python(over, why):
 
 
 def test_an_unreadable_blob_is_a_reason_not_a_crash():
-    assert "unreadable" in plan_blob.variant_pack(b"{i\x05ab")
+    from te_compile.cudnn import frontend_private
+    why = plan_blob.variant_pack(b"{i\x05ab")
+    assert "unreadable" in why and f"cuDNN frontend {frontend_private.version()}" in why  # the version that wrote it
 
 
 # --------------------------------------------------------------------------- the native call path's fallback

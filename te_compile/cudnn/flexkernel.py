@@ -2,11 +2,11 @@
 
 A flex site whose mask_mod is a per-row union of key intervals (te_compile.lowering.intervals) and that has no score_mod or
 bias can run on these kernels (SM90 / SM100 / SM103, CuTe DSL): they skip every tile outside the intervals, which
-the graph SDPA does only for bands. This module and te_compile.cudnn.flexlaunch are the only ones that touch
-``cudnn.flex_attention``: the plan builder (public) here, the compiled kernels' launches there (private), and the
-frontend's allocating forward / backward wrappers (``execution._flex_attention_*``, private) where a launch cannot
-be recorded. ``FRONTEND_CHECKED`` names the versions they were checked on; a frontend without them is reported
-unavailable with its version, never called.
+the graph SDPA does only for bands. This module and te_compile.cudnn.flexlaunch are the only ones that use
+``cudnn.flex_attention``: the plan builder (public) here, the compiled kernels' launches there, and the frontend's
+allocating forward / backward wrappers where a launch cannot be recorded. The private names among them are read in
+te_compile.cudnn.frontend_private (``FRONTEND_CHECKED``: the versions they were checked on); a frontend without
+them is reported unavailable with its version, never called.
 
 Layouts: te_compile's q / k / v are flex's [B, H, S, D]; the kernels read [B, S, H, D] (``transpose(1, 2)``, a
 view: no copy, whatever the strides, as long as the head dim is contiguous).
@@ -35,14 +35,12 @@ from torch import Tensor
 
 from .. import user_warnings
 from ..lowering import intervals
-from . import flexlaunch, native
+from . import flexlaunch, frontend_private, native
 from ..layout import like_layout_strides
 from ..spec import AttentionSpec
 
 log = logging.getLogger("te_compile")
 
-#: frontend versions whose private flex wrappers this module was checked on
-FRONTEND_CHECKED = ("1.32.0",)
 #: the architectures the kernels exist for (the frontend's runtime/arch.py)
 ARCHES = (90, 100, 103)
 
@@ -60,14 +58,15 @@ def _frontend() -> tuple[Optional[object], str]:
         from cudnn.flex_attention import execution
     except Exception as e:  # noqa: BLE001 - the CuTe DSL (nvidia-cutlass-dsl) or a newer layout missing
         return None, f"cudnn.flex_attention not importable in frontend {ver} ({type(e).__name__}: {str(e)[:80]})"
-    fwd, bwd = getattr(execution, "_flex_attention_forward", None), getattr(execution, "_flex_attention_backward", None)
+    wrappers = frontend_private.flex_wrappers(execution)
     try:  # which head dims / head counts the SM90 forward and backward kernels implement
         from cudnn.flex_attention.kernels.sm90.bwd.backward_config import sm90_native_bwd_can_implement
     except Exception:  # noqa: BLE001
         sm90_native_bwd_can_implement = None
-    if fwd is None or bwd is None or sm90_native_bwd_can_implement is None:
-        return None, f"frontend {ver}: cudnn.flex_attention's wrappers changed (checked on {', '.join(FRONTEND_CHECKED)})"
-    return (create_mask_plan, fwd, bwd, sm90_native_bwd_can_implement), ""
+    if wrappers is None or sm90_native_bwd_can_implement is None:
+        return None, (f"frontend {ver}: cudnn.flex_attention's wrappers changed (checked on "
+                      f"{', '.join(frontend_private.FRONTEND_CHECKED)})")
+    return (create_mask_plan, *wrappers, sm90_native_bwd_can_implement), ""
 
 
 def sm90_implements(dqk: int, dv: int, hq: int, hkv: int) -> Optional[bool]:
@@ -224,7 +223,7 @@ def _usable(t: Tensor) -> Tensor:
 # --------------------------------------------------------------------------- launches
 
 #: what a recording that cannot be made raises (the frontend changed under us): such calls use its wrappers
-_NOT_RECORDED = (flexlaunch.NoReplay, AttributeError, ImportError, KeyError)
+_NOT_RECORDED = (flexlaunch.NoReplay, frontend_private.FrontendChanged, AttributeError, ImportError, KeyError)
 
 
 def _launch(p: _Plan, key: tuple, operands: tuple, record, wrapper) -> tuple:

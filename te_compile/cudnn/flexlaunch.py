@@ -1,6 +1,6 @@
 """Recorded launches of cuDNN's interval kernels: the frontend's compiled CuTe kernels called with nothing in between.
 
-The frontend's allocating wrappers (``cudnn.flex_attention.execution._flex_attention_forward / _backward``) resolve,
+The frontend's allocating wrappers (``frontend_private.flex_wrappers``) resolve,
 validate and normalise the same plan and shapes again on every call, in Python: for a training step that is several
 hundred microseconds of host time, more than the kernels take at a few thousand tokens. What a call launches depends
 only on the plan, the operands' shapes, strides and dtypes, the softmax scale and whether a dlse is passed; so the
@@ -14,7 +14,8 @@ through the frontend's wrappers.
 ``native_form`` gives a replay in the form the native call path (csrc/interval_launch.h) launches from C++: the
 kernels' TVM-FFI functions and every argument by kind.
 
-This module and te_compile.cudnn.flexkernel are the only ones that touch ``cudnn.flex_attention``.
+This module and te_compile.cudnn.flexkernel are the only ones that use ``cudnn.flex_attention``; the private names
+they use are read in te_compile.cudnn.frontend_private.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from typing import Callable, Optional, Sequence
 import torch
 from torch import Tensor
 
+from . import frontend_private
+
 #: workspace buffers of the frontend's backward, and the ones it zeroes before the kernels run
-#: (``dispatch._flex_attn_bwd`` with ``_preallocated``)
+#: (``frontend_private.backward`` with ``_preallocated``)
 _BWD_WORKSPACE = ("dq_accum", "dpsum", "lse_log2", "dk_accum", "dv_accum", "dq_semaphore", "dk_semaphore", "dv_semaphore")
 _BWD_ZEROED = ("dk_accum", "dv_accum", "dq_semaphore", "dk_semaphore", "dv_semaphore")
 
@@ -136,34 +139,27 @@ def record(run: Callable[[_Log], None], operands: Sequence[Optional[Tensor]], bu
     return Replay(calls, [b for _, b in buffers], len(operands), outputs)
 
 
-def _private():
-    from cudnn.flex_attention import dispatch
-    return dispatch
-
-
 def plan_tensors(plan) -> list:
     """Every tensor a mask plan hands to the kernels (what a recording may pass as it is)."""
-    from cudnn.flex_attention import execution
-    return list(execution._plan_tensors(plan))
+    return frontend_private.plan_tensors(plan)
 
 
 def forward(plan, q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Replay, Tensor, Tensor]:
     """Compile (or find) the forward for this plan and these [B, S, H, D] operands, run it once recorded.
     Returns the replay (operands q, k, v; outputs out, lse) and this call's out, lse."""
-    D = _private()
-    packed = plan._runtime_args[0]
-    dispatch = D._prepare_flex_attn_fwd(q, k, v, pack_gqa=plan.metadata.pack_gqa, block_sparse_tensors=packed,
-                                        has_lse=True)
+    fe = frontend_private
+    packed = fe.forward_runtime_args(plan)
+    dispatch = fe.prepare_forward(q, k, v, pack_gqa=plan.metadata.pack_gqa, block_sparse_tensors=packed, has_lse=True)
     out = torch.empty(dispatch.output_shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(dispatch.lse_shape, dtype=torch.float32, device=q.device)
     sched = torch.zeros((1,), dtype=torch.int32, device=q.device) if dispatch.arch == 90 else None
-    kernel = D._compile_flex_attn_fwd(dispatch, q, k, v, out, lse, scale, None, None, sched)
+    kernel = fe.compile_forward(dispatch, q, k, v, out, lse, scale, None, None, sched)
     buffers = [(out, Buffer.like(out, False)), (lse, Buffer.like(lse, False))]
     if sched is not None:
         buffers.append((sched, Buffer.like(sched, True)))
 
     def run(log: _Log) -> None:
-        D._launch_flex_attn_fwd(dispatch, log.wrap(kernel), q, k, v, out, lse, scale, None, None, sched)
+        fe.launch_forward(dispatch, log.wrap(kernel), q, k, v, out, lse, scale, None, None, sched)
 
     rep = record(run, (q, k, v), buffers, plan_tensors(plan), outputs=(3, 4))
     return rep, out, lse
@@ -173,11 +169,11 @@ def backward(plan, q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, l
              scale: float) -> tuple[Replay, tuple]:
     """Compile (or find) the backward for this plan and these operands, run it once recorded.
     Returns the replay (operands q, k, v, out, dout, lse, dlse; outputs dq, dk, dv) and this call's dq, dk, dv."""
-    D = _private()
-    packed = plan._backward_runtime_args(False)[0]
+    fe = frontend_private
+    packed = fe.backward_runtime_args(plan)
     grads = [torch.empty_like(t) for t in (q, k, v)]
     common = dict(softmax_scale=scale, deterministic=False, block_sparse_tensors=packed, dlse=dlse, _native_inputs=True)
-    *_, bundle = D._flex_attn_bwd(q, k, v, out, dout, lse, _compile_only=True, _compile_outputs=tuple(grads), **common)
+    *_, bundle = fe.backward(q, k, v, out, dout, lse, _compile_only=True, _compile_outputs=tuple(grads), **common)
     names = [name for name, _, _ in bundle.workspace_specs]
     if any(n not in _BWD_WORKSPACE for n in names):
         raise NoReplay(f"the frontend's backward asks for workspace {names}, not the buffers checked "
@@ -192,8 +188,8 @@ def backward(plan, q: Tensor, k: Tensor, v: Tensor, out: Tensor, dout: Tensor, l
         wrapped = dataclasses.replace(bundle, preprocess=log.wrap(bundle.preprocess), main=log.wrap(bundle.main),
                                       post_dq=log.wrap(bundle.post_dq), post_dk=log.wrap(bundle.post_dk),
                                       post_dv=log.wrap(bundle.post_dv))
-        pre = D._BwdPreallocated(dq=grads[0], dk=grads[1], dv=grads[2], **ws)
-        D._flex_attn_bwd(q, k, v, out, dout, lse, _preallocated=pre, _compiled=wrapped, **common)
+        pre = fe.backward_preallocated(dq=grads[0], dk=grads[1], dv=grads[2], **ws)
+        fe.backward(q, k, v, out, dout, lse, _preallocated=pre, _compiled=wrapped, **common)
 
     rep = record(run, (q, k, v, out, dout, lse, dlse), buffers, plan_tensors(plan), outputs=(7, 8, 9))
     return rep, tuple(grads)

@@ -34,6 +34,7 @@ import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 
 from ..layout import like_layout_strides
 from ..spec import AttentionSpec
+from . import frontend_private
 from .emit import Emitter, inputs_full, structure
 from ..lowering.lower import Lowering, lower
 
@@ -69,8 +70,8 @@ class UID(IntEnum):
 class _Built:
     """A built graph and how to execute it: ``run(buffers, workspace, handle)``, buffers in ``uids`` order.
 
-    Steady-state execute goes straight to the backend graph's ``_execute_with_raw_ptrs`` (one C++
-    call with a ``void*[]`` in the backend's ascending-uid order) when the graph is served by the
+    Steady-state execute goes straight to the backend graph's raw-pointer execute (one C++ call with a
+    ``void*[]`` in the backend's ascending-uid order; te_compile.cudnn.frontend_private) when the graph is served by the
     cuDNN backend and the caller's uids are exactly the backend's operand slots. The public
     ``graph.execute(..., tensor_uids=...)`` re-reads every operand's geometry through a Python layer
     on every call (FE 1.32 ``_pygraph._execute``; host times in docs/cudnn-notes.md);
@@ -103,7 +104,7 @@ class _Built:
             if i >= 0:
                 ptrs[i] = t.data_ptr()
         ws = 0 if workspace is None else workspace.data_ptr()
-        lowered._execute_with_raw_ptrs(ctypes.addressof(ptrs), n, ws, handle.backend_handle or 0, index)
+        frontend_private.execute_raw(lowered, ctypes.addressof(ptrs), n, ws, handle, index)
 
     def serialized(self) -> Optional[bytes]:
         """The built plan in the cuDNN frontend's serialized form (what the native call path loads), or None when
@@ -147,22 +148,13 @@ _FIRST = object()
 
 def _raw_executor(g: Any, uids: Sequence[int]) -> Optional[tuple]:
     """(backend graph, plan index, slot of each caller buffer (-1: the backend does not read it), slot count),
-    or None for the public path."""
-    try:
-        if g.selected_engine is not None or g._lowered_graph is None or not g._plans:
-            return None  # a Python engine serves this graph, or nothing was lowered
-        lowered = g._lowered_graph
-        lowered._prepare_variant_pack_template()
-        order = [int(u) for u in lowered._get_variant_pack_uids_sorted()]
-        slots = raw_slots(order, uids)
-        if slots is None:
-            return None
-        cfg = g._materialize_backend_plan(g._plan_index)
-        index = -1 if cfg.cpp_index is None else int(cfg.cpp_index)
-        return lowered, index, slots, len(order)
-    except Exception as e:  # noqa: BLE001 - a frontend without these internals: public execute
-        log.debug("te_compile: cuDNN raw execute unavailable (%s: %s)", type(e).__name__, e)
+    or None for the public path (te_compile.cudnn.frontend_private owns the frontend's internals)."""
+    target = frontend_private.raw_target(g)
+    if target is None:
         return None
+    lowered, index, order = target
+    slots = raw_slots(order, uids)
+    return None if slots is None else (lowered, index, slots, len(order))
 
 
 class GraphCache:

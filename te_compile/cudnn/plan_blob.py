@@ -134,9 +134,14 @@ def _pbv_bytes(entry: dict) -> bytes:
 def variant_pack(blob: bytes) -> "VariantPack | str":
     """The slots of a serialized plan's variant pack, or why the native runner cannot fill them."""
     try:
-        return _variant_pack(blob)
+        why = _variant_pack(blob)
     except Exception as e:  # noqa: BLE001 - a plan the reader does not understand stays with Python, never fails a call
-        return f"unreadable serialized plan ({type(e).__name__}: {e})"
+        why = f"unreadable serialized plan ({type(e).__name__}: {e})"
+    if isinstance(why, str) and why.startswith(("unreadable", "the serialized plan has no")):
+        # the serialized form is the frontend's own: name the version that wrote it
+        from . import frontend_private
+        why += f" (cuDNN frontend {frontend_private.version()}; read as {', '.join(frontend_private.FRONTEND_CHECKED)} writes it)"
+    return why
 
 
 def _variant_pack(blob: bytes) -> "VariantPack | str":
