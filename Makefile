@@ -27,7 +27,7 @@ $(BASE): pyproject.toml
 # version whose private surface te_compile was checked on (te_compile/cudnn/frontend_private.py, FRONTEND_CHECKED)
 $(TESTS): $(BASE)
 	$(PY) -m pip install -q ".[test]"
-	$(PY) -m pip install -q --no-deps "nvidia-cudnn-frontend==1.32.0"
+	$(PY) -m pip install -q --no-deps "nvidia-cudnn-frontend==1.32"
 	touch $(TESTS)
 
 # on a CUDA machine: the frontend with everything it runs with

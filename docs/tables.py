@@ -1266,7 +1266,8 @@ def _pins() -> dict[str, str]:
         return m.group(1)
     return {grab("Makefile", r"^TORCH_PIN \?= (torch==[\d.]+)$"): "Makefile TORCH_PIN",
             grab("pyproject.toml", r'"(torch>=[\d.]+)"'): "pyproject.toml",
-            grab("te_compile/cudnn/install.py", r'^FRONTEND = "([^"]+)"'): "te_compile/cudnn/install.py FRONTEND"}
+            grab("te_compile/cudnn/install.py", r'^FRONTEND = "([^"]+)"'): "te_compile/cudnn/install.py FRONTEND",
+            grab("Makefile", r'--no-deps "(nvidia-cudnn-frontend==[\d.]+)"'): "Makefile (the CPU suite's frontend)"}
 
 
 def readme_numbers() -> list[str]:

@@ -21,7 +21,7 @@ def pytest_configure(config):
     except ImportError as e:
         raise pytest.UsageError(
             f"the CPU suite needs the cuDNN frontend's Python package ({type(e).__name__}: {e}): "
-            "pip install --no-deps 'nvidia-cudnn-frontend>=1.32' (make test does; its validator runs on a CPU, "
+            "pip install --no-deps 'nvidia-cudnn-frontend==1.32' (make test does; its validator runs on a CPU, "
             "its CUDA libraries are needed only on a GPU)") from None
 
 

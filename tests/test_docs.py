@@ -178,8 +178,8 @@ def test_readme_is_short_and_states_figures_only_in_its_generated_table():
     assert len(re.findall(r"\*\*[^*]*\d\.\d+x[^*]*\*\*", table)) == 1  # one headline figure
     # what the README says about installing is what make does
     assert "make demo TORCH_PIN=" in readme and "--index-url https://download.pytorch.org/whl/cpu" in readme
-    assert "pip install --no-deps 'nvidia-cudnn-frontend>=1.32'" in readme
-    assert "--no-deps" in _read("Makefile") and "nvidia-cudnn-frontend>=1.32" in _read("Makefile")
+    assert "pip install --no-deps 'nvidia-cudnn-frontend==1.32'" in readme
+    assert "--no-deps" in _read("Makefile") and "nvidia-cudnn-frontend==1.32" in _read("Makefile")
 
 
 def test_readme_numbers_check_finds_a_figure_outside_the_table(monkeypatch):
