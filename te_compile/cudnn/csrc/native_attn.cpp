@@ -25,6 +25,7 @@
 #include <torch/library.h>
 
 #include <dlfcn.h>
+#include <link.h>
 #include <execinfo.h>
 #include <signal.h>
 

@@ -19,19 +19,18 @@ void on_segv(int sig) {
 void *cuda_symbol(char const *name) {
     void *p = dlsym(RTLD_DEFAULT, name);
     if (p != nullptr) return p;
-    static void *lib = [] {  // torch's libcudart, loaded locally: find it in the process's maps
-        void *h = nullptr;
-        if (FILE *f = std::fopen("/proc/self/maps", "r")) {
-            char line[4096];
-            while (h == nullptr && std::fgets(line, sizeof line, f)) {
-                char *path = std::strchr(line, '/');
-                if (path == nullptr || std::strstr(path, "libcudart.so") == nullptr) continue;
-                path[std::strcspn(path, "\n")] = 0;
-                h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-            }
-            std::fclose(f);
-        }
-        return h;
+    static void *lib = [] {  // torch's libcudart, loaded locally: find it among the loaded objects
+        std::vector<std::string> names;
+        dl_iterate_phdr(
+            [](struct dl_phdr_info *info, size_t, void *data) -> int {
+                if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcudart.so") != nullptr)
+                    static_cast<std::vector<std::string> *>(data)->emplace_back(info->dlpi_name);
+                return 0;
+            },
+            &names);
+        for (auto const &name : names)  // opened after the walk: dlopen is not called under the loader's lock
+            if (void *h = dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD)) return h;
+        return static_cast<void *>(nullptr);
     }();
     return lib ? dlsym(lib, name) : nullptr;
 }
