@@ -158,3 +158,26 @@ def test_the_demo_models_report_for_a_gpu_fits_a_terminal(capsys):
     assert max(map(len, out)) <= 160, out
     reasons = [ln for ln in out if ln.startswith("   ") and not ln.startswith("   (")]
     assert len(reasons) == 3 and all(len(ln.strip()) <= MAX_SHORT for ln in reasons), out
+
+
+def test_decoding_is_served_without_a_mask_and_kept_with_a_blockmask_that_reads_the_cache_offset(monkeypatch):
+    """One query against a cache of 1024 keys: flex without a mask_mod is served by the decoding rule; the bottom-right
+    BlockMask a decoding loop builds (its mask_mod reads the offset from a tensor) stays with Inductor, whose
+    decoding kernel skips its blocks (the rule for a mask carried as a bias, not the decoding rule)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+    q = torch.randn(1, 8, 1, 64, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 8, 1024, 64, dtype=torch.bfloat16) for _ in range(2))
+    offset = torch.tensor(1023)
+    bm = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + offset, None, None, 1, 1024, device="cpu")
+    plain = te_compile.explain(lambda q, k, v: flex_attention(q, k, v), q, k, v, for_device="cuda", serve="fastest")
+    masked = te_compile.explain(lambda q, k, v: flex_attention(q, k, v, block_mask=bm), q, k, v, for_device="cuda",
+                                serve="fastest")
+    assert [d.runs_on for d in plain.decisions] == ["cudnn"], str(plain)
+    (d,) = masked.decisions
+    assert d.runs_on == "kept" and "decoding" not in d.reason, d.reason
+    # the decoding rule is what serves the plain call: without it the call is kept by the rule for flex plain
+    from te_compile.tuning import rules
+    monkeypatch.setitem(rules.RULES, "flex decoding", rules.Rule(None, None, "kept (test)"))
+    torch._dynamo.reset()
+    again = te_compile.explain(lambda q, k, v: flex_attention(q, k, v), q, k, v, for_device="cuda", serve="fastest")
+    assert [d.runs_on for d in again.decisions] == ["kept"] and "flex decoding" in again.decisions[0].reason
