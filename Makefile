@@ -24,7 +24,7 @@ $(BASE): pyproject.toml
 
 # the CPU suite checks the cuDNN target's decisions with the cuDNN frontend's own validator, which runs without a
 # GPU: the frontend's Python package alone (--no-deps: its CUDA libraries are needed only to run on a GPU), at the
-# version whose private surface te_compile was checked on (te_compile/cudnn/frontend_private.py, FRONTEND_CHECKED)
+# version whose private surface te_compile was checked on (te_compile/cudnn/frontend_private/, FRONTEND_CHECKED)
 $(TESTS): $(BASE)
 	$(PY) -m pip install -q ".[test]"
 	$(PY) -m pip install -q --no-deps "nvidia-cudnn-frontend==1.32"

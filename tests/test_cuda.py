@@ -160,11 +160,11 @@ def test_verify_option_checks_cudnn_against_the_reference():
 
 @pytest.mark.parametrize("bias,mods", [(False, False), (True, False), (False, True)],
                          ids=["plain", "learned_bias", "softcap_causal"])
-def test_raw_execute_matches_public_execute(bias, mods):
-    """The steady-state raw-pointer execute (graphs._Built.run) gives what FE's public execute gives:
-    forward bitwise (same plan, same kernel), backward within bf16 tolerance, and it is the path taken
-    (also for an emitted score_mod whose constants the backend graph dropped)."""
-    from te_compile.cudnn import graphs
+def test_the_python_and_the_native_executor_agree(bias, mods):
+    """The two executors of a runner: Python's (the frontend's public execute: the native path off, or a signature C++
+    does not hold) and C++'s (the serialized plan) give the same forward bitwise (same plan, same kernel) and the
+    same gradients within bf16 tolerance, and each runs where it should (C++ every call after the first)."""
+    from te_compile.cudnn import native
     from te_compile.spec import AttentionSpec
 
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -174,19 +174,24 @@ def test_raw_execute_matches_public_execute(bias, mods):
     if mods:
         spec = AttentionSpec(source="flex", scale=0.125, score="(mul (tanh (div score 30.0)) 30.0)",
                              mask_mod="(ge q_idx kv_idx)").key()
-    graphs.cache.clear()  # the check below reads every built graph: only this test's
-    results = {}
+    results, hits = {}, {}
     try:
-        for raw in (False, True):
-            graphs.RAW_EXECUTE = raw
-            for _ in range(3):  # the first execute of a graph always takes the public path
+        for on in (False, True):
+            if on:
+                native.enable()
+            else:
+                native.disable()
+            assert native.active() == on, native.status()
+            start = native.stats().get("hits", 0)
+            for _ in range(3):
                 out, lse = torch.ops.te_compile.attn_fwd(q, k, v, b, [], spec)
                 grads = torch.ops.te_compile.attn_bwd(do, q, k, v, out, lse, b, [], spec, bias)
             torch.cuda.synchronize()
-            results[raw] = [out.clone(), lse.clone()] + [t.clone() for t in grads[: 3 + int(bias)]]
+            hits[on] = native.stats().get("hits", 0) - start
+            results[on] = [out.clone(), lse.clone()] + [t.clone() for t in grads[: 3 + int(bias)]]
     finally:
-        graphs.RAW_EXECUTE = True
-    assert all(isinstance(e._raw, tuple) for e in graphs.cache._entries.values() if isinstance(e, graphs._Built))
+        native.enable()
+    assert hits == {False: 0, True: 4}, hits  # forward and backward: C++ from the second call on
     assert torch.equal(results[True][0], results[False][0]) and torch.equal(results[True][1], results[False][1])
     for a, r in zip(results[True][2:], results[False][2:]):
         assert rel_err(a, r) < 1e-2

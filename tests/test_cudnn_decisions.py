@@ -324,22 +324,6 @@ def test_padded_tile_guard(score, lengths, guard):
     assert (None if lw.guard is None else str(lw.guard)) == guard
 
 
-@pytest.mark.parametrize("order,uids,slots", [
-    ([1, 2, 3, 100, 101], [1, 2, 3, 100, 101], (0, 1, 2, 3, 4)),
-    ([1, 2, 3, 100, 101], [3, 1, 2, 101, 100], (2, 0, 1, 4, 3)),                 # caller order differs
-    ([1, 2, 3, 100, 101, 400, 401], [1, 2, 3, 100, 101, 400, 401, 402, 403],     # constants the backend dropped
-     (0, 1, 2, 3, 4, 5, 6, -1, -1)),
-    ([1, 2, 3, 100, 101, 7], [1, 2, 3, 100, 101], None),                          # a slot nobody fills
-    ([2, 1], [1, 2], None),                                                       # not ascending
-    ([1, 2], [1, 2, 2], None),                                                    # a uid twice
-])
-def test_raw_execute_slots(order, uids, slots):
-    """The raw-pointer execute fills every slot of the backend's variant pack from the caller's buffers and
-    skips the buffers the backend does not read (graphs.raw_slots); anything else takes FE's public execute."""
-    from te_compile.cudnn import graphs
-    assert graphs.raw_slots(order, uids) == slots
-
-
 def test_on_a_gpu_a_graph_no_engine_builds_is_kept_with_the_direction_and_version(monkeypatch):
     """cuDNN's validator accepts graphs for which no engine builds a plan (a learned bias with dBias under a
     causal band at L 129, S 300 on an H200); with the call's GPU at hand the check builds the plans, so such a

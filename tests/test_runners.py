@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from te_compile.runtime import kernels, ops
-from te_compile.cudnn import native, plan_blob, runners
+from te_compile.cudnn import native, runners
+from te_compile.cudnn.frontend_private import plan_blob
 from te_compile.report import GraphReport, Report
 from te_compile.spec import AttentionSpec
 

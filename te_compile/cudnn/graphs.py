@@ -17,7 +17,6 @@ Everything here runs inside the te_compile custom ops on CUDA tensors. Facts tha
 from __future__ import annotations
 
 import collections
-import ctypes
 import dataclasses
 import functools
 import gc
@@ -34,7 +33,6 @@ import cudnn  # the cuDNN frontend package (nvidia-cudnn-frontend)
 
 from ..layout import like_layout_strides
 from ..spec import AttentionSpec
-from . import frontend_private
 from .emit import Emitter, inputs_full, structure
 from ..lowering.lower import Lowering, lower
 
@@ -68,43 +66,26 @@ class UID(IntEnum):
 
 
 class _Built:
-    """A built graph and how to execute it: ``run(buffers, workspace, handle)``, buffers in ``uids`` order.
+    """A built graph and how to execute it: ``run(buffers, workspace, handle)``, buffers in ``uids`` order, through the
+    frontend's public ``graph.execute`` (the Python path; the native call path loads ``serialized()`` in C++)."""
 
-    Steady-state execute goes straight to the backend graph's raw-pointer execute (one C++ call with a
-    ``void*[]`` in the backend's ascending-uid order; te_compile.cudnn.frontend_private) when the graph is served by the
-    cuDNN backend and the caller's uids are exactly the backend's operand slots. The public
-    ``graph.execute(..., tensor_uids=...)`` re-reads every operand's geometry through a Python layer
-    on every call (FE 1.32 ``_pygraph._execute``; host times in docs/cudnn-notes.md);
-    anything unexpected about the graph keeps that public path."""
-
-    __slots__ = ("graph", "workspace", "uids", "_raw")
+    __slots__ = ("graph", "workspace", "uids", "_executed")
 
     def __init__(self, graph: Any, workspace: int, uids: tuple[int, ...]):
         self.graph, self.workspace, self.uids = graph, workspace, uids
-        self._raw: Any = _FIRST  # the first execute goes the public way (it finishes any lazy build)
+        self._executed = False
 
-    def run(self, buffers: Sequence[Tensor], workspace: Optional[Tensor], handle: Any) -> None:
-        """``workspace`` may be None only where ``workspace_for`` returned None (no workspace, raw execute)."""
-        raw = self._raw
-        if raw is None or raw is _FIRST or not RAW_EXECUTE:
-            self.graph.execute(buffers, workspace, handle=handle, tensor_uids=self.uids)
-            if raw is _FIRST:
-                self._raw = _raw_executor(self.graph, self.uids)
-                # FE 1.32's first execute of a graph leaves a reference cycle that holds this call's
-                # buffers (q/k/v, out, lse, workspace) until Python's cycle collector runs. Under
-                # mode="reduce-overhead" those buffers live in the CUDA-graph pool: cudagraph trees then
-                # found the forward's lse (dead, but not yet collected) and refused to record ("storage
-                # data ptrs are not allocated in pool"). Collecting here,
-                # once per built graph, frees them when their last real owner lets go.
-                gc.collect()
-            return
-        lowered, index, slots, n = raw
-        ptrs = (ctypes.c_void_p * n)()
-        for i, t in zip(slots, buffers):
-            if i >= 0:
-                ptrs[i] = t.data_ptr()
-        ws = 0 if workspace is None else workspace.data_ptr()
-        frontend_private.execute_raw(lowered, ctypes.addressof(ptrs), n, ws, handle, index)
+    def run(self, buffers: Sequence[Tensor], workspace: Tensor, handle: Any) -> None:
+        self.graph.execute(buffers, workspace, handle=handle, tensor_uids=self.uids)
+        if not self._executed:
+            self._executed = True
+            # FE 1.32's first execute of a graph leaves a reference cycle that holds this call's
+            # buffers (q/k/v, out, lse, workspace) until Python's cycle collector runs. Under
+            # mode="reduce-overhead" those buffers live in the CUDA-graph pool: cudagraph trees then
+            # found the forward's lse (dead, but not yet collected) and refused to record ("storage
+            # data ptrs are not allocated in pool"). Collecting here, once per built graph, frees them
+            # when their last real owner lets go.
+            gc.collect()
 
     def serialized(self) -> Optional[bytes]:
         """The built plan in the cuDNN frontend's serialized form (what the native call path loads), or None when
@@ -117,44 +98,6 @@ class _Built:
             log.debug("te_compile: cuDNN plan not serializable (%s: %s)", type(e).__name__, e)
             return None
         return bytes(blob) if isinstance(blob, (bytes, bytearray)) else bytes(bytearray(blob))
-
-    def workspace_for(self, device: torch.device) -> Optional[Tensor]:
-        """The workspace for one execute: None (no allocation) when the graph needs no workspace and the
-        raw-pointer execute serves it (the public execute always gets a tensor)."""
-        if self.workspace == 0 and RAW_EXECUTE and self._raw is not None and self._raw is not _FIRST:
-            return None
-        return new_workspace(self.workspace, device)
-
-
-def raw_slots(order: Sequence[int], uids: Sequence[int]) -> Optional[tuple[int, ...]]:
-    """Each caller buffer's slot in the backend's ascending-uid variant pack, -1 for a buffer the backend does
-    not read; None when the pack is not ascending or holds a uid the caller does not pass.
-
-    The backend may read fewer tensors than the caller defines: constants of an emitted score_mod that the
-    lowered graph dropped (a softcap's scalars, or all of them with a causal band) are in FE's graph but not
-    in the backend's variant pack."""
-    order = [int(u) for u in order]
-    ours = [int(u) for u in uids]
-    if sorted(order) != order or len(set(ours)) != len(ours) or not set(order) <= set(ours):
-        return None
-    pos = {u: i for i, u in enumerate(order)}
-    return tuple(pos.get(u, -1) for u in ours)
-
-
-#: steady-state execute through the backend graph's raw-pointer entry (False: FE's public execute)
-RAW_EXECUTE = True
-_FIRST = object()
-
-
-def _raw_executor(g: Any, uids: Sequence[int]) -> Optional[tuple]:
-    """(backend graph, plan index, slot of each caller buffer (-1: the backend does not read it), slot count),
-    or None for the public path (te_compile.cudnn.frontend_private owns the frontend's internals)."""
-    target = frontend_private.raw_target(g)
-    if target is None:
-        return None
-    lowered, index, order = target
-    slots = raw_slots(order, uids)
-    return None if slots is None else (lowered, index, slots, len(order))
 
 
 class GraphCache:
@@ -276,16 +219,6 @@ def _bias4d(bias: Tensor, B: int, H: int, L: int, S: int) -> Tensor:
     if broadcast or unaligned or b.stride(-1) != 1 or b.data_ptr() % 16:
         b = padded_empty(tuple(b.shape), b.dtype, b.device).copy_(b)
     return b
-
-
-def bias_operand(bias: Tensor, shape4: tuple, copy: bool) -> Tensor:
-    """The bias as the graph reads it: viewed as ``shape4`` (``_bias4d``'s shape), copied into a padded buffer when
-    the call's signature says cuDNN cannot read it in place."""
-    b = bias
-    while b.dim() < 4:
-        b = b.unsqueeze(0)
-    b = b.expand(shape4)
-    return padded_empty(shape4, b.dtype, b.device).copy_(b) if copy else b
 
 
 def padded_strides(shape: Sequence[int]) -> tuple[int, ...]:

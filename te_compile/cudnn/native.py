@@ -7,7 +7,7 @@ the call, and registers the runner here when it is one graph on the call's own t
 record autograd history (te_compile.runtime.ops's autograd.Function, as without it).
 
 The C++ side uses only cuDNN's C API: the Python frontend builds each plan and serializes it
-(te_compile.cudnn.plan_blob reads what the variant pack needs), C++ loads the plan and executes it. A site on cuDNN's
+(te_compile.cudnn.frontend_private.plan_blob reads what the variant pack needs), C++ loads the plan and executes it. A site on cuDNN's
 interval kernels (te_compile.cudnn.flexkernel) registers the launches te_compile.cudnn.flexlaunch recorded instead:
 C++ calls those compiled kernels through TVM-FFI's C ABI (csrc/interval_launch.h), for calls that pass the mask's
 (in i) inputs the plan was built from (unchanged: same memory, same version); others go to Python, which builds
@@ -47,7 +47,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from .. import env
-from . import plan_blob
+from .frontend_private import plan_blob
 
 log = logging.getLogger("te_compile")
 

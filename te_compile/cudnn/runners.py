@@ -8,11 +8,13 @@ signature is settled there (the graph, the prefix-LM split, which fully-masked r
 later call is the per-call checks that really depend on the data, the allocations and the launch.
 
 Runners:
-* ``Direct``: one cuDNN graph on the call's own tensors. The native call path (te_compile.native) runs
-  these in C++ from ``native_info()``.
+* ``Graph``: one cuDNN graph. Where its operands are the call's own tensors, ``native_info()`` describes the launch
+  and the native call path (te_compile.cudnn.native) executes every later call in C++; Python executes the
+  signature's first call, and every call where C++ cannot (the native path off; an operand cuDNN cannot take as
+  it is: a broadcast or unaligned bias, a non-float32 (in i) input, a strided or unaligned q / k / v, a dlse),
+  through te_compile.cudnn.graphs and the frontend's public execute.
 * ``Prefix``: the prefix-LM split (te_compile.lowering.prefix): two calls of their own runners and a merge.
-* ``General``: an operand cuDNN cannot take as it is (a broadcast or unaligned bias, a non-float32 (in i)
-  input, a strided or unaligned q / k / v, a dlse): each call copies what it must, then launches.
+* ``Interval``: cuDNN's interval-mask kernels (te_compile.cudnn.flexkernel).
 
 The fully-masked-rows work: a query row whose keys are all masked must give output 0 and lse -inf (eager;
 flex). cuDNN gets this right for a -inf *bias* without a score_mod, but not for masks emitted inside a
@@ -155,57 +157,46 @@ def _with_dlse(dout: Tensor, v: Tensor, out: Tensor, dlse: Tensor) -> tuple[Tens
 
 # --------------------------------------------------------------------------- runners
 
-class DirectForward:
-    """One graph on the call's own q, k, v, bias and (in i) inputs."""
+class GraphForward:
+    """One cuDNN graph: each call in Python goes through te_compile.cudnn.graphs.forward (the graph cache, any operand
+    copies, the frontend's public execute), then sets the fully-masked rows. ``launch``: how the graph runs on the
+    call's own tensors (None: an operand is copied or cast first), which is what the native call path executes."""
 
-    __slots__ = ("launch", "rows", "bias_rows", "n_inputs")
+    __slots__ = ("spec", "rows", "bias_rows", "launch")
 
-    def __init__(self, launch: graphs.Launch, rows: Optional[Tensor], bias_rows: bool, n_inputs: int):
-        self.launch, self.rows, self.bias_rows, self.n_inputs = launch, rows, bias_rows, n_inputs
+    def __init__(self, spec: AttentionSpec, rows: Optional[Tensor], bias_rows: bool, launch: Optional[graphs.Launch]):
+        self.spec, self.rows, self.bias_rows, self.launch = spec, rows, bias_rows, launch
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], inputs: Sequence[Tensor]):
-        p = self.launch
-        dev = q.device
-        h = graphs.handle(dev)
-        out = torch.empty_strided(p.out_shape, p.out_stride, dtype=q.dtype, device=dev)
-        lse = torch.empty(p.out_shape[:3], dtype=torch.float32, device=dev)
-        b4 = [] if bias is None else [graphs.bias_operand(bias, p.bias_shape, p.bias_copy)]
-        buffers = [q, k, v, out, lse] + b4 + (list(inputs) if p.reads_inputs else [])
-        p.built.run(buffers + list(p.consts), p.built.workspace_for(dev), h)
+    def __call__(self, q, k, v, bias, inputs):
+        out, lse, _ = graphs.forward(q, k, v, bias, self.spec, inputs)
         if self.rows is not None or self.bias_rows:
             fill_empty_rows(out, lse, self.rows, bias if self.bias_rows else None)
         return out, lse
 
     def native_info(self) -> Optional[dict]:
         """What the native call path needs to run this signature, or None (a graph it cannot take)."""
-        return _native_info(self.launch, rows=self.rows, bias_rows=self.bias_rows)
+        return None if self.launch is None else _native_info(self.launch, rows=self.rows, bias_rows=self.bias_rows)
 
 
-class DirectBackward:
-    """One backward graph on the call's own tensors (no dlse)."""
+class GraphBackward:
+    """One cuDNN backward graph, as ``GraphForward``; a dlse enters through extra head-dim columns (``launch`` None)."""
 
-    __slots__ = ("launch", "guard")
+    __slots__ = ("spec", "need_dbias", "guard", "launch")
 
-    def __init__(self, launch: graphs.Launch, guard: bool):
-        self.launch, self.guard = launch, guard
+    def __init__(self, spec: AttentionSpec, need_dbias: bool, guard: bool, launch: Optional[graphs.Launch]):
+        self.spec, self.need_dbias, self.guard, self.launch = spec, need_dbias, guard, launch
 
     def __call__(self, dout, q, k, v, out, lse, bias, inputs, dlse=None):
-        p = self.launch
-        dev = q.device
         if self.guard:
             lse = guard_lse(lse)
-        h = graphs.handle(dev)
-        dq, dk, dv = (torch.empty_strided(t.shape, st, dtype=t.dtype, device=dev)
-                      for t, st in zip((q, k, v), p.grad_strides))
-        b4 = [] if bias is None else [graphs.bias_operand(bias, p.bias_shape, p.bias_copy)]
-        buffers = [q, k, v, out, dout, lse, dq, dk, dv] + b4
-        dbias4 = graphs.padded_empty(p.bias_shape, q.dtype, dev) if p.need_dbias else None
-        buffers += ([dbias4] if p.need_dbias else []) + (list(inputs) if p.reads_inputs else []) + list(p.consts)
-        p.built.run(buffers, p.built.workspace_for(dev), h)
-        return dq, dk, dv, graphs.dbias_of(dbias4, bias, q)
+        if dlse is None:
+            return graphs.backward(dout, q, k, v, out, lse, bias, self.spec, self.need_dbias, inputs)[:4]
+        dout2, v2, out2 = _with_dlse(dout, v, out, dlse)
+        dq, dk, dv, dbias, _ = graphs.backward(dout2, q, k, v2, out2, lse, bias, self.spec, self.need_dbias, inputs)
+        return dq, dk, empty_like_layout(v.shape, v).copy_(dv[..., : v.shape[-1]]), dbias
 
     def native_info(self) -> Optional[dict]:
-        return _native_info(self.launch, guard=self.guard)
+        return None if self.launch is None else _native_info(self.launch, guard=self.guard)
 
 
 def _native_info(launch: graphs.Launch, rows: Optional[Tensor] = None, bias_rows: bool = False,
@@ -219,45 +210,6 @@ def _native_info(launch: graphs.Launch, rows: Optional[Tensor] = None, bias_rows
             "grad_strides": [list(s) for s in launch.grad_strides], "need_dbias": launch.need_dbias,
             "bias_shape": list(launch.bias_shape), "bias_copy": launch.bias_copy,
             "rows": rows, "bias_rows": bias_rows, "guard_lse": guard}
-
-
-class GeneralForward:
-    """Operands copied or cast as cuDNN needs them, every call."""
-
-    __slots__ = ("spec", "rows", "bias_rows")
-
-    def __init__(self, spec: AttentionSpec, rows: Optional[Tensor], bias_rows: bool):
-        self.spec, self.rows, self.bias_rows = spec, rows, bias_rows
-
-    def __call__(self, q, k, v, bias, inputs):
-        out, lse, _ = graphs.forward(q, k, v, bias, self.spec, inputs)
-        if self.rows is not None or self.bias_rows:
-            fill_empty_rows(out, lse, self.rows, bias if self.bias_rows else None)
-        return out, lse
-
-    def native_info(self) -> None:
-        return None
-
-
-class GeneralBackward:
-    """Operands copied or cast as cuDNN needs them, every call; a dlse enters through extra columns."""
-
-    __slots__ = ("spec", "need_dbias", "guard")
-
-    def __init__(self, spec: AttentionSpec, need_dbias: bool, guard: bool):
-        self.spec, self.need_dbias, self.guard = spec, need_dbias, guard
-
-    def __call__(self, dout, q, k, v, out, lse, bias, inputs, dlse=None):
-        if self.guard:
-            lse = guard_lse(lse)
-        if dlse is None:
-            return graphs.backward(dout, q, k, v, out, lse, bias, self.spec, self.need_dbias, inputs)[:4]
-        dout2, v2, out2 = _with_dlse(dout, v, out, dlse)
-        dq, dk, dv, dbias, _ = graphs.backward(dout2, q, k, v2, out2, lse, bias, self.spec, self.need_dbias, inputs)
-        return dq, dk, empty_like_layout(v.shape, v).copy_(dv[..., : v.shape[-1]]), dbias
-
-    def native_info(self) -> None:
-        return None
 
 
 class PrefixForward:
@@ -314,8 +266,7 @@ def forward(spec: AttentionSpec, q: Tensor, k: Tensor, v: Tensor, bias: Optional
     out, lse, launch = graphs.forward(q, k, v, bias, spec, inputs)
     if rows is not None or bias_rows:
         fill_empty_rows(out, lse, rows, bias if bias_rows else None)
-    r = DirectForward(launch, rows, bias_rows, len(inputs)) if launch is not None else GeneralForward(spec, rows, bias_rows)
-    return r, (out, lse)
+    return GraphForward(spec, rows, bias_rows, launch), (out, lse)
 
 
 def backward(spec: AttentionSpec, dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
@@ -332,12 +283,11 @@ def backward(spec: AttentionSpec, dout: Tensor, q: Tensor, k: Tensor, v: Tensor,
         return r, r(dout, q, k, v, out, lse, bias, inputs, dlse)
     guard = may_have_empty_rows(spec, L, S, bias is not None)
     if dlse is not None:
-        r = GeneralBackward(spec, need_dbias, guard)
+        r = GraphBackward(spec, need_dbias, guard, None)
         return r, r(dout, q, k, v, out, lse, bias, inputs, dlse)
     dq, dk, dv, dbias, launch = graphs.backward(dout, q, k, v, out, guard_lse(lse) if guard else lse, bias, spec,
                                                 need_dbias, inputs)
-    r = DirectBackward(launch, guard) if launch is not None else GeneralBackward(spec, need_dbias, guard)
-    return r, (dq, dk, dv, dbias)
+    return GraphBackward(spec, need_dbias, guard, launch), (dq, dk, dv, dbias)
 
 
 def _interval_runner(spec: AttentionSpec, q: Tensor, k: Tensor, v: Tensor, forward: bool):

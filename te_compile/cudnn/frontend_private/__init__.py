@@ -1,7 +1,7 @@
 """The cuDNN frontend's private surface, in one place: every name te_compile reads that the frontend does not document.
 
-* The Python graph's raw-pointer execute (``graph._lowered_graph._execute_with_raw_ptrs``; te_compile.cudnn.graphs
-  runs a graph's steady-state execute through it on the Python call path).
+* A built graph's serialized form (``pygraph.serialize()`` is public, the layout of what it writes is not):
+  ``plan_blob`` reads the variant pack the native call path fills from it.
 * ``cudnn.flex_attention``'s allocating wrappers (``execution._flex_attention_forward / _backward``), the dispatch
   functions below them (``dispatch._prepare_flex_attn_fwd``, ``_compile_flex_attn_fwd``, ``_launch_flex_attn_fwd``,
   ``_flex_attn_bwd``, ``_BwdPreallocated``) and a mask plan's runtime arguments and tensors
@@ -10,15 +10,13 @@
 ``FRONTEND_CHECKED`` names the frontend versions this was checked on (tests/test_frontend_private.py pins them to
 the frontend the CPU suite installs, and checks that no other module reads these names). Where a name is gone or a
 call's signature changed, the call raises ``FrontendChanged`` naming the running version; each caller then takes
-the frontend's public path (``graph.execute``, ``flex_attention``'s wrappers) or keeps the site.
+the frontend's public path (``flex_attention``'s wrappers) or keeps the site (a plan blob it cannot read leaves the
+signature to Python, which runs it through the public ``graph.execute``).
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable, Optional
-
-log = logging.getLogger("te_compile")
 
 #: the cuDNN frontend versions whose private surface te_compile was checked on
 FRONTEND_CHECKED = ("1.32.0",)
@@ -49,29 +47,6 @@ def _call(what: str, fn: Callable[[], Any]) -> Any:
         return fn()
     except (AttributeError, TypeError, KeyError) as e:
         raise changed(what, e) from e
-
-
-# --------------------------------------------------------------------------- the Python graph's raw execute
-
-def raw_target(g: Any) -> Optional[tuple]:
-    """(backend graph, plan index, the backend's variant-pack uids in ascending order) for a graph the cuDNN backend
-    serves, or None (a Python engine serves it, nothing was lowered, or this frontend lacks the entry)."""
-    try:
-        if g.selected_engine is not None or g._lowered_graph is None or not g._plans:
-            return None
-        lowered = g._lowered_graph
-        lowered._prepare_variant_pack_template()
-        order = [int(u) for u in lowered._get_variant_pack_uids_sorted()]
-        cfg = g._materialize_backend_plan(g._plan_index)
-        return lowered, -1 if cfg.cpp_index is None else int(cfg.cpp_index), order
-    except Exception as e:  # noqa: BLE001 - public execute instead
-        log.debug("te_compile: %s", changed("the raw-pointer execute's setup", e))
-        return None
-
-
-def execute_raw(lowered: Any, ptrs_address: int, n: int, workspace: int, handle: Any, index: int) -> None:
-    """One execute of a backend graph from a ``void*[n]`` at ``ptrs_address`` in its ascending-uid order."""
-    lowered._execute_with_raw_ptrs(ptrs_address, n, workspace, handle.backend_handle or 0, index)
 
 
 # --------------------------------------------------------------------------- cudnn.flex_attention

@@ -139,8 +139,8 @@ def variant_pack(blob: bytes) -> "VariantPack | str":
         why = f"unreadable serialized plan ({type(e).__name__}: {e})"
     if isinstance(why, str) and why.startswith(("unreadable", "the serialized plan has no")):
         # the serialized form is the frontend's own: name the version that wrote it
-        from . import frontend_private
-        why += f" (cuDNN frontend {frontend_private.version()}; read as {', '.join(frontend_private.FRONTEND_CHECKED)} writes it)"
+        from . import FRONTEND_CHECKED, version
+        why += f" (cuDNN frontend {version()}; read as {', '.join(FRONTEND_CHECKED)} writes it)"
     return why
 
 
