@@ -9,7 +9,7 @@ Every measurement is one child process (this script with ``--child``) with an em
 (``TORCHINDUCTOR_CACHE_DIR``), Triton cache and te_compile cache (``TE_COMPILE_CACHE_DIR``); the columns run in
 rotated order round by round. A child builds its case, then times ``torch.compile(...)`` and the first call
 (Dynamo, te_compile's passes, Inductor's forward, the first run) and, for training, the first backward (Inductor's lazily compiled backward),
-and reads where te_compile's time went (te_compile.compile_stats: the rewrite passes with the support check, its
+and reads where te_compile's time went (te_compile.counters: the rewrite passes with the support check, its
 cuDNN plan builds and the speed decision; the inner compile; the native call path) and the cuDNN plans the first
 call built (te_compile.cudnn.graphs.cache). te_compile's native call path (a C++ extension, built once per machine)
 is built by a first child into a directory the measured children share, and its build time is reported apart.
@@ -167,7 +167,7 @@ def child(spec: dict) -> dict:
     t0 = time.perf_counter()
     import torch
     import te_compile
-    from te_compile import compile_stats
+    from te_compile import counters
     from te_compile.report import Report, record_reports
     imported = time.perf_counter() - t0
     device, case, shape = spec["device"], spec["case"], tuple(spec["shape"])
@@ -190,7 +190,7 @@ def child(spec: dict) -> dict:
             torch.cuda.synchronize()
 
     sync()
-    compile_stats.reset()
+    counters.reset()
     builds0 = _runtime_builds()
     t1 = time.perf_counter()  # from torch.compile(...) on: plain torch.compile imports Inductor there
     compiled = torch.compile(fn, backend=_backend(spec["column"]))
@@ -207,7 +207,7 @@ def child(spec: dict) -> dict:
     builds1 = _runtime_builds()
     s = Report(list(reports)).summary()
     row = {"first_call_s": first, "backward_s": backward, "total_s": first + (backward or 0.0),
-           "import_s": imported, "te_phases": compile_stats.snapshot(),
+           "import_s": imported, "te_phases": counters.phases(),
            "runtime_plan_builds": builds1[0] - builds0[0], "runtime_plan_build_s": builds1[1] - builds0[1],
            "sites": s, "params": len(params), "dynamo": _dynamo_times()}
     if spec.get("native"):

@@ -5,11 +5,13 @@
     print(te_compile.explain(model, x))                        # what was rewritten, and why
     te_compile.tune(model, x)                                  # measure its sites on this GPU (cached)
     te_compile.runtime_fallbacks()                             # served calls cuDNN declined at run time
+    te_compile.counters.snapshot()                             # every count: compile phases, fallbacks, native calls
 """
 
 from __future__ import annotations
 
 from .runtime import ops  # noqa: F401  (registers torch.ops.te_compile.*)
+from . import counters
 from .backend import backend, compile, te_compile_backend  # noqa: A004
 from .api.explain import Report, explain
 from .runtime.kernels import runtime_fallbacks
@@ -19,7 +21,7 @@ from .runtime.verify import VerificationError
 
 __version__ = "0.1.0"
 __all__ = ["backend", "compile", "te_compile_backend", "explain", "tune", "Report", "AttentionSpec",
-           "VerificationError", "runtime_fallbacks", "__version__"]
+           "VerificationError", "runtime_fallbacks", "counters", "__version__"]
 
 
 def _inside_torch_log_setup() -> bool:

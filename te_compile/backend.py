@@ -23,7 +23,7 @@ from .passes.decision import TARGETS, deciding_for
 from .passes.find import example_value
 from .passes.rewrite import rewrite_graph
 from .reasons import CUDNN_VERSION, SERVED_AFTER_INNER_FAILURE, SLOWER, Reason, category
-from . import compile_stats, tuning, user_warnings
+from . import counters, tuning, user_warnings
 from .runtime import stale_outputs
 from .tuning import graph_ab
 from .runtime.direct import direct_callable
@@ -164,7 +164,7 @@ def _no_intervals(check: Callable[..., Optional[str]]) -> Callable[..., Optional
 
 
 def _speed_reason(args: tuple, cuda_graphs: bool) -> Optional[str]:
-    with compile_stats.timed("speed decision"):
+    with counters.timed("speed decision"):
         return tuning.speed_reason(*args, cuda_graphs=cuda_graphs)
 
 
@@ -221,13 +221,13 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
     graphs_on = options.cuda_graphs if options.cuda_graphs is not None else _uses_cuda_graphs(options.inner,
                                                                                                inductor_config)
     checker = _checker(options.target, options.serve, graphs_on)
-    with tuning.measuring(tuning.is_measuring() or _autotunes(mode, inductor_options)), compile_stats.timed("decide"):
+    with tuning.measuring(tuning.is_measuring() or _autotunes(mode, inductor_options)), counters.timed("decide"):
         decisions = _decide(gm, original, example_inputs, options, checker, graphs_on)
     guard_stale = graphs_on and options.inner == "inductor" and _is_cuda_graph(example_inputs)
     if guard_stale:  # an overwritten CUDA-graph output must raise, not crash (te_compile/runtime/stale_outputs.py)
         inductor_config = stale_outputs.without_static_launcher(inductor_config)
     if options.inner == "inductor" and _may_fail_in_inductor(decisions):
-        with compile_stats.timed("inner compile"):
+        with counters.timed("inner compile"):
             compiled, decisions = _compile_or_serve_kept(gm, example_inputs, options, original, decisions,
                                                          inductor_config, graphs_on)
         report = _finish(gm, decisions, options)
@@ -237,7 +237,7 @@ def compile_graph(gm: GraphModule, example_inputs: list[Any], options: Options,
         if direct is not None:
             compiled = direct
         else:
-            with compile_stats.timed("inner compile"):
+            with counters.timed("inner compile"):
                 compiled = _inner_compile(options.inner, gm, example_inputs, inductor_config)
     if replay_report:
         compiled = _replaying(compiled, report)
@@ -363,7 +363,7 @@ def _rewrite(gm: GraphModule, original: torch.fx.Graph, options: Options, checke
 
 def _finish(gm: GraphModule, decisions: list, options: Options, direct: bool = False) -> GraphReport:
     """Record, log and trace the decisions of one compiled graph."""
-    with compile_stats.timed("finish"):
+    with counters.timed("finish"):
         return _finish_graph(gm, decisions, options, direct)
 
 
@@ -400,7 +400,7 @@ def _call_path(decisions: list, options: Options) -> str:
     if options.for_device is not None or not any(d.runs_on == "cudnn" for d in decisions):
         return ""
     from .cudnn import native
-    with compile_stats.timed("native"):
+    with counters.timed("native"):
         return native.enable()
 
 

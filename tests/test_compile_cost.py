@@ -197,16 +197,16 @@ def test_only_a_graph_whose_site_the_speed_decision_looks_up_is_hashed(monkeypat
         assert hashed == want
 
 
-def test_compile_stats_count_the_phases(stand_in_gpu, monkeypatch):
-    """te_compile.compile_stats (what bench/compile_time.py reports): a compile counts its decide and support-check
+def test_counters_count_the_compile_phases(stand_in_gpu, monkeypatch):
+    """te_compile.counters (what bench/compile_time.py reports): a compile counts its decide and support-check
     phases, and the check's plan builds only where a site is served."""
-    from te_compile import compile_stats
+    from te_compile import counters
     monkeypatch.setitem(rules.RULES, "sdpa", KEEP)
     q = torch.randn(1, 2, 64, 64, dtype=torch.bfloat16)
     for serve, builds in (("fastest", 0), ("always", 1)):
-        compile_stats.reset()
+        counters.reset()
         te_compile.explain(lambda q: F.scaled_dot_product_attention(q, q, q), q, for_device="cuda", serve=serve)
-        got = compile_stats.snapshot()
+        got = counters.phases()
         assert got["decide"]["count"] == 1 and got["support check"]["count"] >= 1, got
         assert got.get("check plan builds", {}).get("count", 0) == builds, got
         assert ("speed decision" in got) == (serve == "fastest"), got

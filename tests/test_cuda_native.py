@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import te_compile
+from te_compile import counters
 from te_compile.cudnn import native
 
 from forms import ROWS_TOL, rel_err
@@ -125,7 +126,7 @@ def test_repeated_calls_run_natively_and_match_eager(name):
             whole = [rel_err(out, want_out)] + [rel_err(a, b) for a, b in zip(grads, want_grads)]
             assert max(whole) <= BF16_TOL, whole
     # "halves": the prefix-LM split's outer call runs in Python, its two halves in C++ (forward and backward)
-    assert hits[-1] == {"both": 2, "none": 0, "forward": 1, "halves": 4}[native_calls], (hits, native.declined,
+    assert hits[-1] == {"both": 2, "none": 0, "forward": 1, "halves": 4}[native_calls], (hits, counters.declined,
                                                                                           native.stats())
 
 
@@ -290,7 +291,7 @@ def test_a_compiled_attention_alone_runs_without_inductor_and_matches_eager(name
             assert max([rel_err(out, want_out)] + [rel_err(a, b) for a, b in zip(grads, want_grads)]) <= BF16_TOL
     head = Report(list(graphs)).table().splitlines()[0]
     assert "1 on cuDNN" in head and "called without Inductor" in head, head
-    assert _hits() - before == 2, (native.declined, native.stats())
+    assert _hits() - before == 2, (counters.declined, native.stats())
 
 
 def test_a_failed_execute_warns_once_with_cudnns_status_and_the_call_still_matches_eager():

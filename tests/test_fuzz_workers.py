@@ -56,6 +56,7 @@ def test_results_say_when_a_served_site_ran_the_reference_fallback(monkeypatch, 
     how many of its calls ran the reference math, so a wrong answer tells which implementation gave it."""
     import io
 
+    from te_compile import counters
     from te_compile.runtime import kernels
     from te_compile.spec import AttentionSpec
     key = AttentionSpec(mask="causal").key()
@@ -69,14 +70,14 @@ def test_results_say_when_a_served_site_ran_the_reference_fallback(monkeypatch, 
     monkeypatch.setattr(fuzz, "compare", compare)
     monkeypatch.setattr(fuzz, "_prepare", lambda device: None)
     cases = [fuzz.Case(seed=s) for s in (2, 3)]
-    before = kernels.fallbacks[(key, "backward")]
+    before = counters.fallbacks[(key, "backward")]
     out = io.StringIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         results = fuzz.run_cases(cases, "cpu", out=out)
     assert "reference_fallback_calls" not in results[0]
     assert results[1]["reference_fallback_calls"] == 3
-    assert kernels.fallbacks[(key, "backward")] == before + 3
+    assert counters.fallbacks[(key, "backward")] == before + 3
     assert "(reference fallback in 3 call(s))" in out.getvalue()
     assert fuzz.summary(results, "cpu").endswith("; 1 served case(s) ran the reference fallback at run time")
     assert "fallback" not in fuzz.summary(results[:1], "cpu")

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from te_compile.runtime import kernels, ops
+from te_compile import counters
 from te_compile.cudnn import native, runners
 from te_compile.cudnn.frontend_private import plan_blob
 from te_compile.report import GraphReport, Report
@@ -276,7 +277,7 @@ def test_the_ops_kernels_swap_to_native_and_back():
 def test_register_decodes_the_plan_and_records_what_it_declines(monkeypatch):
     ext = _FakeExt()
     monkeypatch.setattr(native, "_ext", ext)
-    monkeypatch.setattr(native, "declined", {})
+    monkeypatch.setattr(counters, "declined", {})
     q, k, v = _qkv()
     info = {"plan": _blob(), "owner": 7, "n_inputs": 0, "consts": [], "out_shape": [1, 2, 16, 8], "out_stride": [256, 128, 8, 1],
             "bias_shape": [], "bias_copy": False, "rows": None, "bias_rows": False, "block": False}
@@ -286,11 +287,11 @@ def test_register_decodes_the_plan_and_records_what_it_declines(monkeypatch):
     assert args[7] == '{"plan": 1}' and args[8] == [1, 2, 3, 7, 8, 9, 100, 101, 400]
     native.register("forward", (q, k, v, None, [], "spec"), dict(info, plan=_blob(variant_pack_replacements=[[1, 2]])))
     assert len(ext.calls) == 1
-    assert list(native.declined) == ["forward: the plan's variant pack has pointer replacements"]
+    assert list(counters.declined) == ["forward: the plan's variant pack has pointer replacements"]
 
 
 def test_a_runner_without_a_loadable_plan_is_counted_with_its_kind(monkeypatch):
-    monkeypatch.setattr(native, "declined", {})
+    monkeypatch.setattr(counters, "declined", {})
     monkeypatch.setattr(native, "_ext", _FakeExt())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
 
@@ -298,7 +299,7 @@ def test_a_runner_without_a_loadable_plan_is_counted_with_its_kind(monkeypatch):
         def native_info(self):
             return None
     kernels._offer_native(kernels._Entry(AttentionSpec(mask="causal"), PrefixLike()), "backward", ())
-    assert native.declined == {"backward: PrefixLike has no cuDNN plan the native path can load": 1}
+    assert counters.declined == {"backward: PrefixLike has no cuDNN plan the native path can load": 1}
 
 
 def test_interval_runners_register_their_launches_and_again_for_new_mask_inputs(monkeypatch):
@@ -311,7 +312,7 @@ def test_interval_runners_register_their_launches_and_again_for_new_mask_inputs(
     ext.register_interval_forward = lambda *a: ext.calls.append(("register_interval_forward", a)) or ext.ok
     monkeypatch.setattr(native, "_ext", ext)
     monkeypatch.setattr(native, "_ffi_set", False)
-    monkeypatch.setattr(native, "declined", {})
+    monkeypatch.setattr(counters, "declined", {})
     monkeypatch.setattr(native.atexit, "register", lambda f: None)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     q, k, v = _qkv()
@@ -337,10 +338,34 @@ def test_interval_runners_register_their_launches_and_again_for_new_mask_inputs(
     assert reg[9] == [ids] and entry.native_pending
     r.info = dict(r.info, again=False)
     kernels._offer_native(entry, "forward", args)
-    assert not entry.native_pending and not native.declined
+    assert not entry.native_pending and not counters.declined
     ext.ok = False  # a C++ launch failed before: no new runner
     kernels._offer_native(kernels._Entry(AttentionSpec(mask="causal"), r), "forward", args)
     r.info = "cuDNN's interval kernels: an operand is copied before the kernels read it"
     kernels._offer_native(kernels._Entry(AttentionSpec(mask="causal"), r), "forward", args)
-    assert native.declined == {"forward: cuDNN's interval kernels: a C++ launch failed before": 1,
+    assert counters.declined == {"forward: cuDNN's interval kernels: a C++ launch failed before": 1,
                                "forward: cuDNN's interval kernels: an operand is copied before the kernels read it": 1}
+
+
+def test_one_counters_object_reads_every_count(monkeypatch):
+    """te_compile.counters.snapshot(): the compile phases, the reference fallbacks kernels counts, the signatures the
+    native path declines (recorded through native.decline) and the native path's own counts, in one dict."""
+    import warnings
+
+    for name, empty in (("fallbacks", counters.collections.Counter()), ("fallback_reasons", {}), ("declined", {}),
+                        ("_phases", {})):
+        monkeypatch.setattr(counters, name, empty)
+    key = AttentionSpec(mask="causal").key()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kernels._warn_fallback(key, "forward", "no engine (test)")
+        kernels._warn_fallback(key, "forward", "no engine (test)")
+    native.decline("backward", "a test reason")
+    with counters.timed("decide"):
+        pass
+    snap = counters.snapshot()
+    assert snap["fallbacks"] == {f"{key} forward": 2}
+    assert snap["declined"] == {"backward: a test reason": 1}
+    assert snap["phases"]["decide"]["count"] == 1
+    assert snap["native"] == {k: v for k, v in native.stats().items() if k != "declined"}  # {}: the path is off
+    assert kernels.runtime_fallbacks()[0]["calls"] == 2 and kernels.runtime_fallbacks()[0]["reason"] == "no engine (test)"

@@ -101,7 +101,7 @@ def test_cycle_detector_finds_a_cycle():
 LAYERS = [
     # the language of a site: expressions, specs, reasons, layouts, the exact math, warnings
     {"score", "spec", "layout", "reasons", "fxcopy", "user_warnings",
-     "reference", "env", "compile_stats"},
+     "reference", "env", "counters"},
     {"lowering"},  # what cuDNN computes for a site: its lowering, ALiBi, the prefix-LM split, key intervals
     {"cudnn"},  # what talks to cuDNN
     {"runtime", "passes"},  # the run-time op, the graph passes

@@ -843,7 +843,7 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
     short keeps what it did). On CUDA, a crash that leaves the context unusable (an illegal memory access is
     sticky: every later CUDA call fails) ends the run with exit code ``POISONED``; ``--jobs`` starts a fresh
     worker for the rest of the shard."""
-    from te_compile.runtime import kernels
+    from te_compile import counters
 
     backend = _prepare(device)
     results = []
@@ -854,9 +854,9 @@ def run_cases(cases: list[Case], device: str, out=sys.stdout, verbose: bool = Fa
             print(f"fuzz {tag}{n}/{len(cases)} cases, {bad} wrong or crash, {time.perf_counter() - t_start:.0f} s",
                   file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        before = sum(kernels.fallbacks.values())
+        before = sum(counters.fallbacks.values())
         outcome, detail, decisions = compare(c, device, backend)
-        fell_back = sum(kernels.fallbacks.values()) - before
+        fell_back = sum(counters.fallbacks.values()) - before
         poisoned = device == "cuda" and not _context_usable()
         if poisoned:  # a sticky CUDA error: this case left the context unusable, whatever the comparison said
             outcome, detail = "crash", f"the CUDA context was unusable after this case ({outcome}: {detail})"[:600]

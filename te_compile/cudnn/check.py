@@ -24,7 +24,7 @@ from ..score import ir
 from ..layout import concrete as _concrete, contiguous_strides, like_layout_strides
 from ..reasons import NOT_EXACT, NOT_ON_CUDNN, Reason
 from ..spec import AttentionSpec
-from .. import compile_stats
+from .. import counters
 from ..lowering import prefix
 from . import versions
 from ..lowering.lower import lower
@@ -157,7 +157,7 @@ def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torc
           spec: AttentionSpec, needs_grad: bool, need_dbias: bool, plans: bool = True) -> Optional[Reason]:
     """Reason cuDNN cannot serve this call, or None. Tensors may be fake. ``plans=False``: the validator only,
     also where the call's GPU is at hand (no plan build)."""
-    with compile_stats.timed("support check"):
+    with counters.timed("support check"):
         return _check(q, k, v, bias, spec, needs_grad, need_dbias, plans)
 
 
@@ -309,7 +309,7 @@ def _settle(graphs, g, uids: list, gpu: Optional[str], plans: bool = True) -> No
     if gpu is None or not plans:
         g.validate()
     else:
-        with compile_stats.timed("check plan builds"):
+        with counters.timed("check plan builds"):
             graphs.finish(g, uids)
 
 

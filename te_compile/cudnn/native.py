@@ -46,7 +46,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .. import env
+from .. import counters, env
 from .frontend_private import plan_blob
 
 log = logging.getLogger("te_compile")
@@ -371,14 +371,9 @@ def _register_interval(ext, direction: str, args: tuple, info: dict) -> None:
         decline(direction, "cuDNN's interval kernels: a C++ launch failed before")
 
 
-#: why signatures stayed with Python ("forward: <reason>" -> how many)
-declined: dict = {}
-
-
 def decline(direction: str, why: str) -> None:
-    """Record that a signature's runner stays with Python, and why (``declined``, ``stats()``)."""
-    key = f"{direction}: {why}"
-    declined[key] = declined.get(key, 0) + 1
+    """Record that a signature's runner stays with Python, and why (te_compile.counters ``declined``, ``stats()``)."""
+    counters.decline(direction, why)
     log.info("te_compile: the native call path leaves a %s signature to Python (%s)", direction, why)
 
 
@@ -404,5 +399,8 @@ def stats() -> dict:
     (misses), the graphs it captured, the runners it holds, the cuDNN execution plans alive (``plans``: each runner
     owns its plan and destroys it when it leaves its table), and the runners whose execute failed
     (``failed_runners``: each warned once and sends its calls to Python)."""
-    return dict(_ext.stats(), declined=dict(declined)) if _ext is not None else {}
+    return dict(_ext.stats(), declined=dict(counters.declined)) if _ext is not None else {}
+
+
+counters.add_source("native", lambda: _ext.stats() if _ext is not None else {})
 

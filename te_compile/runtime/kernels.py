@@ -15,15 +15,13 @@ once per BlockMask, te_compile.runtime.blockmask.check_call).
 
 from __future__ import annotations
 
-import collections
 import logging
-import threading
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from .. import reference, user_warnings
+from .. import counters, reference, user_warnings
 from . import blockmask, verify
 from ..cudnn import native
 from ..layout import empty_like_layout
@@ -31,34 +29,20 @@ from ..spec import AttentionSpec
 
 log = logging.getLogger("te_compile")
 
-_warned: set[tuple[str, str]] = set()
-_warned_lock = threading.Lock()
-#: (spec key, "forward" | "backward") -> how many calls cuDNN could not serve (the reference math ran); every
-#: call counts, not only the warned first one, so a test or the fuzzer can tell which implementation ran
-fallbacks: "collections.Counter[tuple[str, str]]" = collections.Counter()
-#: (spec key, direction) -> cuDNN's reason for the last declined call
-_fallback_reasons: dict[tuple[str, str], str] = {}
-
-
 def runtime_fallbacks() -> list[dict]:
     """The served sites whose calls ran the reference math because cuDNN declined the graph at run time (no
     engine on this GPU / cuDNN version), in this process: one dict per site and direction, with ``site`` (the
     spec described), ``direction``, ``calls`` and ``reason``. Such results are correct but slow; an empty list
     means every served call ran on cuDNN."""
-    with _warned_lock:
-        items = sorted(fallbacks.items())
-        reasons = dict(_fallback_reasons)
+    items = sorted(counters.fallbacks.items())
+    reasons = dict(counters.fallback_reasons)
     return [{"site": AttentionSpec.from_key(key).describe(), "direction": d, "calls": n,
              "reason": reasons.get((key, d), ""), "spec": key} for (key, d), n in items if n]
 
 
 def _warn_fallback(spec_key: str, direction: str, why: str) -> None:
-    with _warned_lock:
-        fallbacks[(spec_key, direction)] += 1
-        _fallback_reasons[(spec_key, direction)] = why
-        if (spec_key, direction) in _warned:
-            return
-        _warned.add((spec_key, direction))
+    if not counters.fallback(spec_key, direction, why):
+        return
     spec = AttentionSpec.from_key(spec_key)
     msg = (f"te_compile: cuDNN could not serve the attention {direction} ({spec.describe()}); "
            f"running the reference math instead (correct but slow). Reason: {why}")

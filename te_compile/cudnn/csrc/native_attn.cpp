@@ -26,8 +26,6 @@
 
 #include <dlfcn.h>
 #include <link.h>
-#include <execinfo.h>
-#include <signal.h>
 
 #include <cuda_runtime_api.h>
 #include <cudnn.h>

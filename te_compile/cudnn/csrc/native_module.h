@@ -3,19 +3,6 @@
 
 // --------------------------------------------------------------------------- Python interface
 
-void on_segv(int sig) {
-    void *frames[64];
-    int n = backtrace(frames, 64);
-    for (int i = 0; i < n; i++) {
-        Dl_info info;
-        if (dladdr(frames[i], &info) && info.dli_fname)
-            std::fprintf(stderr, "  #%d %s +0x%lx (%s)\n", i, info.dli_fname,
-                         (unsigned long)((char *)frames[i] - (char *)info.dli_fbase), info.dli_sname ? info.dli_sname : "?");
-    }
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
 void *cuda_symbol(char const *name) {
     void *p = dlsym(RTLD_DEFAULT, name);
     if (p != nullptr) return p;
@@ -52,7 +39,6 @@ void bind_cuda() {
 }
 
 std::string init(std::string const &cudnn_path) {
-    if (debug()) signal(SIGSEGV, on_segv);
     if (api.lib != nullptr) return "";
     void *h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_NOLOAD);
     if (h == nullptr && !cudnn_path.empty()) h = dlopen(cudnn_path.c_str(), RTLD_NOW);
