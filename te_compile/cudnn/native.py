@@ -14,8 +14,9 @@ C++ calls those compiled kernels through TVM-FFI's C ABI (csrc/interval_launch.h
 the plan for them and registers again.
 
 ``enable()`` compiles the extension once per machine (cached next to Inductor's cache, keyed by the source,
-torch, Python and the cuDNN and CUDA headers) with the system C++ compiler, against the headers a
-pip-installed CUDA torch brings (torch's, cuDNN's; the CUDA runtime's from the toolkit or pip); it then swaps
+torch, Python and the cuDNN and CUDA headers) through torch.utils.cpp_extension.load (ninja and the system C++
+compiler), against the headers a pip-installed CUDA torch brings (torch's, cuDNN's; the CUDA runtime's from the
+toolkit or pip); it then swaps
 the ops' Python CUDA and Autograd kernels for the C++ ones. Where something is missing it stays off and ``status()`` says why; the
 Python kernels serve as before. ``TE_COMPILE_NATIVE=0`` keeps it off.
 
@@ -29,7 +30,6 @@ This module does not import the cuDNN frontend: te_compile.runtime.kernels asks 
 from __future__ import annotations
 
 import atexit
-import fcntl
 import hashlib
 import importlib.util
 import logging
@@ -37,7 +37,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -112,7 +111,7 @@ def _try_enable() -> None:
         _why_off = str(e)
         log.warning("te_compile: the native call path is off: %s", _why_off)
         return
-    why = ext.init(_loaded_cudnn_path())
+    why = ext.init()
     if why:
         _why_off = why
         return
@@ -213,18 +212,6 @@ def _includes() -> list[str]:
     return found
 
 
-def _loaded_cudnn_path() -> str:
-    """The libcudnn.so.9 this process has mapped (torch's, or a preloaded one): what the frontend must use."""
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                if line.rstrip().endswith("/libcudnn.so.9"):
-                    return line.split()[-1]
-    except OSError:
-        pass
-    return ""
-
-
 # --------------------------------------------------------------------------- the build
 
 class _BuildError(RuntimeError):
@@ -242,22 +229,13 @@ def _cache_root() -> Path:
         return Path(tempfile.gettempdir()) / "te_compile" / "native"
 
 
-def _flags(includes: list[str]) -> tuple[list[str], list[str]]:
-    from torch.utils import cpp_extension
-
-    torch_lib = Path(torch.__file__).parent / "lib"
+def _flags() -> tuple[list[str], list[str]]:
+    """What te_compile adds to cpp_extension's standard flags (its include paths, ABI and pybind defines, -fPIC, the C++
+    standard): optimisation, warnings, and c10's CUDA library (the stream and device guards)."""
     debug = ["-g"] if env.value("TE_COMPILE_NATIVE_DEBUG") else []
-    cflags = debug + ["-O2", "-fPIC", "-std=c++17", "-Wall", "-DTORCH_API_INCLUDE_EXTENSION_H", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
-    for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI"):
-        val = getattr(torch._C, f"_PYBIND11_{name}", None)
-        if val is not None:
-            cflags.append(f'-DPYBIND11_{name}="{val}"')
-    # torch's and Python's headers as system headers: -Wall speaks of te_compile's code only
-    incs = ([f"-isystem{p}" for p in cpp_extension.include_paths() + [sysconfig.get_paths()["include"]]]
-            + [f"-I{p}" for p in includes])
-    ldflags = ["-shared", f"-L{torch_lib}", f"-Wl,-rpath,{torch_lib}", "-lc10", "-lc10_cuda",
-               "-ltorch", "-ltorch_cpu", "-ltorch_python", "-ldl"]
-    return cflags + incs, ldflags
+    torch_lib = Path(torch.__file__).parent / "lib"
+    cuda = ["-lc10_cuda"] if (torch_lib / "libc10_cuda.so").is_file() else []  # none in a CPU torch
+    return debug + ["-O2", "-Wall"], [f"-L{torch_lib}", f"-Wl,-rpath,{torch_lib}", *cuda, "-ldl"]
 
 
 def _fingerprint(includes: list[str], flags: list[str]) -> str:
@@ -274,43 +252,48 @@ def _fingerprint(includes: list[str], flags: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def _build_and_load(includes: list[str]) -> Any:
-    cflags, ldflags = _flags(includes)
-    tag = _fingerprint(includes, cflags + ldflags)
-    name = f"te_compile_native_{tag}"
-    root = _cache_root() / tag
-    so = root / f"{name}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / "lock", "w") as lock:  # one build per machine: other processes wait for it
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not so.is_file():
-            _compile(name, cflags, ldflags, so, root / "build.log")
-    spec = importlib.util.spec_from_file_location(name, so)
-    if spec is None or spec.loader is None:
-        raise _BuildError(f"cannot load {so}")
-    mod = importlib.util.module_from_spec(spec)
+def _ninja() -> str:
+    """Where ninja is, made findable for cpp_extension (the ``ninja`` package's binary, next to this Python, or on
+    PATH); "" when there is none."""
+    dirs = [os.path.dirname(sys.executable)]
     try:
-        spec.loader.exec_module(mod)
-    except ImportError as e:
-        raise _BuildError(f"the built extension does not load ({e})") from None
-    return mod
+        import ninja  # the PyPI package te_compile[cuda] installs
+        dirs.insert(0, ninja.BIN_DIR)
+    except (ImportError, AttributeError):
+        pass
+    for d in dirs:
+        if os.path.isfile(os.path.join(d, "ninja")) and d not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = d + os.pathsep + os.environ.get("PATH", "")
+    return shutil.which("ninja") or ""
 
 
-def _compile(name: str, cflags: list[str], ldflags: list[str], so: Path, logfile: Path) -> None:
-    tmp = so.with_suffix(".tmp.so")
-    cmd = [_compiler(), *cflags, f"-DTORCH_EXTENSION_NAME={name}", str(SOURCE), "-o", str(tmp), *ldflags]
-    print("te_compile: building the native call path (C++, once per machine; about a minute) ...",
-          file=sys.stderr, flush=True)
+def _build_and_load(includes: list[str]) -> Any:
+    """Build (once per machine: cached by the sources, flags, torch, Python and the headers) and import the extension
+    through torch.utils.cpp_extension.load, with its standard flags."""
+    from torch.utils import cpp_extension
+
+    if not _ninja():
+        raise _BuildError("ninja not found (torch's cpp_extension builds with it: pip install ninja, or "
+                          "te_compile[cuda])")
+    cflags, ldflags = _flags()
+    tag = _fingerprint(includes, cflags + ldflags)
+    root = _cache_root() / tag
+    root.mkdir(parents=True, exist_ok=True)
+    built = any(root.glob("te_compile_native_*.so"))
+    if not built:
+        print("te_compile: building the native call path (C++, once per machine; about a minute) ...",
+              file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    with open(logfile, "w") as f:
-        f.write(" ".join(cmd) + "\n\n")
-        f.flush()
-        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
-    if rc != 0:
-        raise _BuildError(f"the C++ build failed (exit {rc}; log: {logfile})")
-    os.replace(tmp, so)
-    print(f"te_compile: native call path built in {time.perf_counter() - t0:.0f} s ({so})", file=sys.stderr,
-          flush=True)
+    try:
+        mod = cpp_extension.load(f"te_compile_native_{tag}", [str(SOURCE)], extra_cflags=cflags, extra_ldflags=ldflags,
+                                 extra_include_paths=includes, build_directory=str(root), with_cuda=False)
+    except (RuntimeError, OSError, ImportError, subprocess.CalledProcessError) as e:
+        (root / "build.log").write_text(str(e))
+        raise _BuildError(f"the C++ build failed (log: {root / 'build.log'})") from None
+    if not built:
+        print(f"te_compile: native call path built in {time.perf_counter() - t0:.0f} s ({root})", file=sys.stderr,
+              flush=True)
+    return mod
 
 
 # --------------------------------------------------------------------------- runners (called by te_compile.runtime.kernels)

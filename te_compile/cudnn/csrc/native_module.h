@@ -3,22 +3,28 @@
 
 // --------------------------------------------------------------------------- Python interface
 
+// A library this process has loaded, possibly with RTLD_LOCAL (torch's libcudart, a preloaded libcudnn): its name
+// found among the loaded objects, then opened again (RTLD_NOLOAD: only if loaded). nullptr when none is.
+void *loaded_library(char const *part) {
+    std::vector<std::string> names;
+    std::pair<char const *, std::vector<std::string> *> wanted(part, &names);
+    dl_iterate_phdr(
+        [](struct dl_phdr_info *info, size_t, void *data) -> int {
+            auto *out = static_cast<std::pair<char const *, std::vector<std::string> *> *>(data);
+            if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, out->first) != nullptr)
+                out->second->emplace_back(info->dlpi_name);
+            return 0;
+        },
+        &wanted);
+    for (auto const &name : names)  // opened after the walk: dlopen is not called under the loader's lock
+        if (void *h = dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD)) return h;
+    return nullptr;
+}
+
 void *cuda_symbol(char const *name) {
     void *p = dlsym(RTLD_DEFAULT, name);
     if (p != nullptr) return p;
-    static void *lib = [] {  // torch's libcudart, loaded locally: find it among the loaded objects
-        std::vector<std::string> names;
-        dl_iterate_phdr(
-            [](struct dl_phdr_info *info, size_t, void *data) -> int {
-                if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcudart.so") != nullptr)
-                    static_cast<std::vector<std::string> *>(data)->emplace_back(info->dlpi_name);
-                return 0;
-            },
-            &names);
-        for (auto const &name : names)  // opened after the walk: dlopen is not called under the loader's lock
-            if (void *h = dlopen(name.c_str(), RTLD_NOW | RTLD_NOLOAD)) return h;
-        return static_cast<void *>(nullptr);
-    }();
+    static void *lib = loaded_library("libcudart.so");
     return lib ? dlsym(lib, name) : nullptr;
 }
 
@@ -38,10 +44,10 @@ void bind_cuda() {
     else cuda.memset = c.memset;
 }
 
-std::string init(std::string const &cudnn_path) {
+std::string init() {
     if (api.lib != nullptr) return "";
     void *h = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_NOLOAD);
-    if (h == nullptr && !cudnn_path.empty()) h = dlopen(cudnn_path.c_str(), RTLD_NOW);
+    if (h == nullptr) h = loaded_library("/libcudnn.so.9");
     if (h == nullptr) return "libcudnn.so.9 is not loaded in this process";
     Api a;
     a.lib = h;
