@@ -36,7 +36,7 @@ README_ROWS = ("flex causal", "flex sliding <", "flex softcap + causal", "flex A
 SINCE = {
     "flex sliding <=": "served since from 4096 tokens (the default-policy table in docs/benchmarks.md)",
     "flex sliding <": "served since from 4096 tokens (the default-policy table in docs/benchmarks.md)",
-    "flex ALiBi + causal": "served since (cuDNN's native ALiBi, for cuDNN's own slopes), not re-measured",
+    "flex ALiBi + causal": "served since (cuDNN's built-in ALiBi, for cuDNN's own slopes), not re-measured",
     "flex document": "both sides ran torch.compile's own code: its ratio is noise (a later run: parity)",
 }
 
@@ -924,7 +924,7 @@ def render_cudnn_versions(link_prefix: str) -> str:
            f"{_date(VERSIONS_927[0])}**, each comparison two processes in a row with "
            "`TE_COMPILE_UNCHECKED_CUDNN=serve` "
            "so that the newer version runs the emitted graphs too. \"x\" is torch.compile / te_compile; left, 9.19 "
-           "against 9.27 with the FLASH column (`--flash`; ALiBi + causal as cuDNN's native ALiBi; data "
+           "against 9.27 with the FLASH column (`--flash`; ALiBi + causal as cuDNN's built-in ALiBi; data "
            f"{_ln(VERSIONS_927[0], link_prefix, '9.19')}, {_ln(VERSIONS_927[1], link_prefix, '9.27')}); right, 9.19 "
            "against 9.28 with te_compile's kernel time per step (data "
            f"{_ln(VERSIONS_928[0], link_prefix, '9.19')}, {_ln(VERSIONS_928[1], link_prefix, '9.28')}).", "",

@@ -53,7 +53,7 @@ class AttentionSpec:
     #: those rows to output 0 / lse -inf itself (te_compile.cudnn.runners)
     empty_rows: bool = False
     #: the score_mod is ALiBi with cuDNN's own slopes for this many heads under a causal mask_mod (checked at
-    #: compile time, te_compile.lowering.alibi): at that head count cuDNN's native ALiBi serves it; 0 = not ALiBi
+    #: compile time, te_compile.lowering.alibi): at that head count cuDNN's built-in ALiBi serves it; 0 = not ALiBi
     alibi_heads: int = 0
     #: cuDNN's interval-mask kernels serve the mask_mod (te_compile.lowering.intervals, te_compile.cudnn.flexkernel): the
     #: mask_mod reads the op's ``n_inputs`` extra inputs as its captured tensors ``(buf i)``; no score_mod, no bias

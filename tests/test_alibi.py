@@ -1,5 +1,5 @@
 """ALiBi with cuDNN's own slopes under a causal mask: recognised at compile time (te_compile.lowering.alibi), lowered
-to cuDNN's native ALiBi (use_alibi_mask + the causal band) only where it is exact."""
+to cuDNN's built-in ALiBi (use_alibi_mask + the causal band) only where it is exact."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_flex_site_records_the_checked_head_count():
     assert _spec(lambda s, b, h, q, kv: s + slopes[h] * (kv - q), None, 16).alibi_heads == 0  # values unknown
 
 
-def test_report_names_native_alibi():
+def test_report_names_builtin_alibi():
     torch._dynamo.reset()
     L = 128
     bm = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, L, L, device="cpu")
@@ -97,7 +97,7 @@ def test_flex_alibi_matches_eager_on_the_reference_target():
     torch.testing.assert_close(got, fn(q, k, v))
 
 
-def test_lowering_uses_native_alibi_only_where_exact():
+def test_lowering_uses_builtin_alibi_only_where_exact():
     import dataclasses
     spec = dataclasses.replace(_spec(_gym(16), None, 16), impl="cudnn")
     lw = lowering.lower(spec, (128, 128), heads=16)
@@ -107,8 +107,8 @@ def test_lowering_uses_native_alibi_only_where_exact():
         assert not other.alibi and other.emitted, (lengths, heads)
 
 
-def test_native_alibi_is_served_on_an_unchecked_cudnn(monkeypatch):
-    """Native ALiBi emits nothing, so the version gate for emitted graphs does not keep it; the cuDNN support
+def test_builtin_alibi_is_served_on_an_unchecked_cudnn(monkeypatch):
+    """Built-in ALiBi emits nothing, so the version gate for emitted graphs does not keep it; the cuDNN support
     check (the frontend's validator) accepts the graph, forward and backward."""
     import dataclasses
 
@@ -123,7 +123,7 @@ def test_native_alibi_is_served_on_an_unchecked_cudnn(monkeypatch):
     assert why is not None and "9.31" in why
 
 
-def test_native_alibi_graph_asks_cudnn_for_alibi():
+def test_builtin_alibi_graph_asks_cudnn_for_alibi():
     import dataclasses
 
     from te_compile.cudnn import graphs
@@ -133,8 +133,8 @@ def test_native_alibi_graph_asks_cudnn_for_alibi():
 
 
 @pytest.mark.parametrize("off", [1e-3, -1e-3, 1e-5])
-def test_near_miss_slopes_stay_off_native_alibi(off):
-    """Slopes a little off cuDNN's (``off`` relative) are the user's own: native ALiBi would use cuDNN's slopes
+def test_near_miss_slopes_stay_off_builtin_alibi(off):
+    """Slopes a little off cuDNN's (``off`` relative) are the user's own: built-in ALiBi would use cuDNN's slopes
     instead (a logit error growing with the distance), so the spec records no ALiBi head count and the cuDNN
     lowering emits the score_mod with the user's slopes."""
     import dataclasses

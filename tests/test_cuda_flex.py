@@ -42,7 +42,7 @@ SCORE_MODS["half"] = lambda s, b, h, q, kv: s * 0.5
 SCORE_MODS["exp_score"] = lambda s, b, h, q, kv: torch.exp(s / 8.0)
 SCORE_MODS["one_minus"] = lambda s, b, h, q, kv: 1 - 0.1 * s  # folded into a negative softmax scale
 # mask-first emission (cudnn/emit.py): softcap/alibi/rel_bias/times_two/exp_score + causal;
-# half / one_minus are linear in the score: folded into the scale (half + causal: native mask)
+# half / one_minus are linear in the score: folded into the scale (half + causal: built-in mask)
 CASES = [("none", "causal"), ("none", "sliding"), ("none", "inverse_causal"), ("softcap", "none"),
          ("softcap", "causal"), ("alibi_from_h", "none"), ("alibi_captured", "causal"), ("rel_bias", "none"),
          ("times_two", "sliding"), ("trig", "none"), ("times_two", "causal"), ("rel_bias", "causal"),
@@ -160,7 +160,7 @@ def test_learned_relative_position_table_on_cudnn():
 
 @pytest.mark.parametrize("score", ["none", "softcap"])
 def test_bottom_right_causal(score):
-    """L != S with flex's bottom-right causal spelling ``q + (S - L) >= kv``: native band (right bound
+    """L != S with flex's bottom-right causal spelling ``q + (S - L) >= kv``: built-in band (right bound
     S - L) without a score_mod, mask-first inside the score_mod with one."""
     L, S = 128, 384
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -184,7 +184,7 @@ def test_bottom_right_causal(score):
     ("abs <", lambda b, h, q_, kv: torch.abs(kv - q_) < 32, (32, 31)),
     ("abs offset", lambda b, h, q_, kv: torch.abs(q_ - kv - 8) <= 32, (41, 24)),
 ])
-def test_symmetric_window_is_a_native_band(name, mm, band):
+def test_symmetric_window_is_a_builtin_band(name, mm, band):
     """A bidirectional window spelled with abs (kv within W of q on both sides) runs as cuDNN's native
     diagonal band (left and right bound; tile skipping) and matches eager flex."""
     L = 256
@@ -322,7 +322,7 @@ def _cudnn_alibi(heads: int):
 @pytest.mark.parametrize("heads,hkv,L,S", [(8, 8, 256, 256), (12, 12, 384, 384), (8, 2, 200, 200),
                                            (16, 16, 1024, 1024), (8, 8, 256, 384)])
 def test_alibi_causal_with_cudnn_slopes(heads, hkv, L, S):
-    """ALiBi + causal whose slopes are cuDNN's: served by cuDNN's native ALiBi (use_alibi_mask) where queries
+    """ALiBi + causal whose slopes are cuDNN's: served by cuDNN's built-in ALiBi (use_alibi_mask) where queries
     and keys are as many, emitted otherwise; forward and backward match eager flex either way."""
     from te_compile.lowering import lower as lowering
 
@@ -344,7 +344,7 @@ def test_alibi_causal_with_cudnn_slopes(heads, hkv, L, S):
 
 @pytest.mark.parametrize("off", [1e-3, -1e-3])
 def test_alibi_with_near_miss_slopes_uses_the_users_slopes(off):
-    """Slopes 1e-3 (relative) off cuDNN's own are not served by native ALiBi (which would use cuDNN's slopes): the
+    """Slopes 1e-3 (relative) off cuDNN's own are not served by built-in ALiBi (which would use cuDNN's slopes): the
     emitted score_mod uses the user's. The lse tells them apart (bf16 out cannot): eager float32 with cuDNN's slopes
     is >= 1e-3 away from eager with the user's (2.6e-3 here), te_compile within 3e-4 of the user's."""
     from te_compile.lowering import lower as lowering
@@ -365,7 +365,7 @@ def test_alibi_with_near_miss_slopes_uses_the_users_slopes(off):
     assert spec.alibi_heads == 0 and not lowering.lower(spec, (L, L), heads=heads).alibi, spec
     with torch.no_grad():
         _, native_lse = attention(1.0)(q.float(), k.float(), v.float())
-    assert (native_lse - ref_lse).abs().max().item() >= 1e-3  # the test can see native ALiBi's slopes
+    assert (native_lse - ref_lse).abs().max().item() >= 1e-3  # the test can see built-in ALiBi's slopes
     assert (lse - ref_lse).abs().max().item() <= 3e-4
     assert rows_err(out, ref_out) <= ROWS_TOL
     for name, a, b in zip("qkv", grads, ref_grads):

@@ -66,7 +66,7 @@ CASES = {
         _slopes()), H, "both"),
     # the ALiBi cuDNN computes itself: the frontend copies its slopes into the workspace before each execute; the
     # native runner keeps them in a device buffer of its own
-    "flex_native_alibi_causal": (lambda: _flex(lambda s, b, h, q, kv: s + torch.exp2(-((h + 1) * 8.0 / H)) * (kv - q),
+    "flex_builtin_alibi_causal": (lambda: _flex(lambda s, b, h, q, kv: s + torch.exp2(-((h + 1) * 8.0 / H)) * (kv - q),
                                                _causal, L=512), H, "both"),
     "flex_head_scale": (lambda: (lambda sc: _flex(lambda s, b, h, q, kv: s * sc[h], L=256))(
         torch.linspace(0.5, 1.5, H, device="cuda")), H, "both"),

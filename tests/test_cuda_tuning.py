@@ -42,8 +42,10 @@ def test_tune_measures_each_class_once_then_reads_the_cache(tmp_path, monkeypatc
     assert set(entries) == {"flex score_mod", "sdpa"} and all(m.seconds > 0 for m in entries.values())
     assert any(line.startswith("  graph, flex score_mod sites:") for line in lines), lines  # progress lines
     flex_site = next(d for d in report.decisions if d.site.kind == "flex")
-    assert flex_site.runs_on == "cudnn", flex_site.reason  # softcap + causal at 4096 tokens: measured faster
-    assert serve_on_cudnn(entries["flex score_mod"])
+    # the decision follows the measurement (which side wins is the benchmark's business: the suite shares the GPU
+    # between its workers, so a test must not depend on it)
+    assert (flex_site.runs_on == "cudnn") is serve_on_cudnn(entries["flex score_mod"]), (flex_site.reason,
+                                                                                         entries["flex score_mod"])
     sdpa_site = next(d for d in report.decisions if d.site.kind == "sdpa")
     assert (sdpa_site.runs_on == "cudnn") is serve_on_cudnn(entries["sdpa"]), (sdpa_site.reason, entries["sdpa"])
     torch._dynamo.reset()

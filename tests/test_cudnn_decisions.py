@@ -119,16 +119,16 @@ def test_check_takes_a_float32_bias_next_to_half_precision_q_and_nothing_else():
     ("(le (abs (sub q_idx (mul kv_idx 2))) 64)", None),  # not a band
     ("(ge (abs (sub q_idx kv_idx)) 64)", None),  # outside a window: not a band
 ])
-def test_native_band_recognition(mask, band):
+def test_builtin_band_recognition(mask, band):
     from te_compile.lowering.lower import lower
     assert lower(AttentionSpec(mask_mod=mask, source="flex")).band == band
     assert lower(AttentionSpec(mask_mod=mask, source="flex")).emitted == (band is None)
-    # with a score_mod, cuDNN disables native masks: the mask goes inside the score_mod
+    # with a score_mod, cuDNN disables built-in masks: the mask goes inside the score_mod
     assert lower(AttentionSpec(mask_mod=mask, score="(mul score 2.0)", source="flex")).band is None
 
 
 @pytest.mark.parametrize("L,S,mask,score,bias,may", [
-    (128, 128, "(ge q_idx kv_idx)", "", False, False),                           # native causal
+    (128, 128, "(ge q_idx kv_idx)", "", False, False),                           # built-in causal
     (96, 128, "(ge (add q_idx 32) kv_idx)", "", False, False),                   # bottom-right causal
     (256, 128, "(ge q_idx kv_idx)", "", False, False),                           # causal, L > S
     (128, 128, "(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 64))", "", False, False),  # sliding window
@@ -173,7 +173,7 @@ def test_guard_lse_is_the_three_op_form():
 ])
 def test_prefix_split_recognition(L, S, mask, keys):
     """A prefix-LM mask splits into every query over the prefix keys (no mask) and the later queries over
-    the later keys (top-left causal, a native band) (te_compile.lowering.prefix)."""
+    the later keys (top-left causal, a built-in band) (te_compile.lowering.prefix)."""
     from te_compile.lowering import prefix
     from te_compile.lowering.lower import lower
 
@@ -283,7 +283,7 @@ def test_graph_structure_ignores_constant_values():
         assert structure(s) != structure(softcap(30.0)), s.score
     assert structure(AttentionSpec(source="flex", score="(mul score 1.0)")) != \
         structure(AttentionSpec(source="flex", score="(mul score 2.0)"))
-    # native masks keep their bounds in the key
+    # built-in masks keep their bounds in the key
     w = [AttentionSpec(source="flex", mask_mod=f"(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) {n}))") for n in (8, 9)]
     assert _graph_spec(w[0], (4096, 4096)) != _graph_spec(w[1], (4096, 4096))
 

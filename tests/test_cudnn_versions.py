@@ -34,7 +34,7 @@ def test_emitted_graphs_are_served_only_on_checked_versions(monkeypatch):
 
 
 def test_check_keeps_emitted_sites_on_an_unchecked_version(monkeypatch):
-    """The support check refuses an emitted score_mod on an unchecked version, and still serves a native mask."""
+    """The support check refuses an emitted score_mod on an unchecked version, and still serves a built-in mask."""
     import torch
     from te_compile.cudnn import check, versions
     from te_compile.spec import AttentionSpec

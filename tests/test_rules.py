@@ -306,7 +306,7 @@ def test_prefix_lm_split_is_checked_and_kept_for_speed():
 
 
 def test_bottom_right_band_with_fewer_queries_is_kept():
-    """kv <= q + (S - L) with L < S (flex's bottom-right causal) is a native band cuDNN 9.19 barely skips
+    """kv <= q + (S - L) with L < S (flex's bottom-right causal) is a built-in band cuDNN 9.19 barely skips
     tiles in: kept, with or without CUDA graphs; the same band with L == S (top-left causal) is served."""
     q, k, v = _t(2, 16, 3584, 128), _t(2, 16, 4096, 128), _t(2, 16, 4096, 128)
     spec = AttentionSpec(source="flex", mask_mod="(ge (add q_idx 512) kv_idx)")

@@ -101,7 +101,7 @@ def test_rows_an_emitted_mask_empties_are_found_once_and_filled():
     spec = AttentionSpec(source="flex", mask_mod="(and (eq (rem kv_idx 2) 0) (ge q_idx 5))")
     rows = runners.static_empty_rows(spec, 8, 8, torch.device("cpu"))
     assert rows.tolist() == [[[True] * 5 + [False] * 3]]
-    band = AttentionSpec(source="flex", mask_mod="(ge q_idx kv_idx)")  # a native band never empties a row
+    band = AttentionSpec(source="flex", mask_mod="(ge q_idx kv_idx)")  # a built-in band never empties a row
     assert runners.static_empty_rows(band, 8, 8, torch.device("cpu")) is None
     out, lse = torch.ones(1, 1, 8, 2), torch.zeros(1, 1, 8)
     bias = torch.zeros(8, 8)

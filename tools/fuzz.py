@@ -301,7 +301,7 @@ def make_case(seed: int, device: str, peer: Optional[Any] = None) -> Case:
         c.HKV = c.H
         c.S = c.L
         return c
-    if k < 0.12:  # ALiBi + causal with cuDNN's own slopes (computed from h): cuDNN's native ALiBi when L == S
+    if k < 0.12:  # ALiBi + causal with cuDNN's own slopes (computed from h): cuDNN's built-in ALiBi when L == S
         c.S = c.L if r.random() < 0.8 else c.S
         c.score = _source("score", f"score + torch.exp2(-((h + 1) * 8.0 / {c.H})) * (kv_idx - q_idx)")
         c.mask = _source("mask", "q_idx >= kv_idx")

@@ -178,7 +178,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[tor
     if why:
         return Reason(f"the emitted graph has an op on captured tensors and constants alone, {why}: cuDNN ran "
                       "such a graph into a misaligned address that leaves the CUDA context unusable", NOT_ON_CUDNN)
-    if lw.emitted and not _native_alibi(spec, q, k):
+    if lw.emitted and not _builtin_alibi(spec, q, k):
         why = versions.emitted_reason()
         if why:
             return why
@@ -223,8 +223,8 @@ def _bias_strides(b4: tuple[int, ...]) -> tuple[int, ...]:
     return (b4[1] * b4[2] * sp, b4[2] * sp, sp, 1)
 
 
-def _native_alibi(spec: AttentionSpec, q: torch.Tensor, k: torch.Tensor) -> bool:
-    """cuDNN's native ALiBi serves this call (nothing is emitted): see lowering.native_alibi."""
+def _builtin_alibi(spec: AttentionSpec, q: torch.Tensor, k: torch.Tensor) -> bool:
+    """cuDNN's built-in ALiBi serves this call (nothing is emitted): see lowering.builtin_alibi."""
     qs, ks = _concrete(q.shape), _concrete(k.shape)
     return bool(spec.alibi_heads and qs and ks and len(qs) == 4 and len(ks) == 4 and
                 lower(spec, (qs[2], ks[2]), heads=qs[1]).alibi)

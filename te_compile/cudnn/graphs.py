@@ -241,7 +241,7 @@ def _sdpa_kwargs(lw: Lowering, head_dim: int, bias_t: Any, emitter: Optional[Emi
     if bias_t is not None:
         kw["bias"] = bias_t
     band = (None, 0) if lw.spec.is_causal else lw.band
-    if band is not None:  # native masks skip masked tiles (a score_mod disables them)
+    if band is not None:  # built-in masks skip masked tiles (a score_mod disables them)
         kw["diagonal_alignment"] = cudnn.diagonal_alignment.TOP_LEFT
         kw["diagonal_band_right_bound"] = band[1]
         if band[0] is not None:
@@ -273,7 +273,7 @@ def _emitter(g: Any, lw: Lowering, inputs: Sequence[Meta]) -> tuple[Optional[Emi
 
 
 def _graph_key(lw: Lowering) -> Any:
-    """What a built graph depends on: the spec itself for native masks and plain SDPA; for emitted
+    """What a built graph depends on: the spec itself for built-in masks and plain SDPA; for emitted
     mods, their structure (constant values are fed at execute, so a changed softcap reuses the graph)."""
     if not lw.emitted:
         return lw.spec
@@ -378,7 +378,7 @@ class Launch:
 
     built: "_Built"
     consts: tuple  # the pass-by-value constant buffers (CPU float32 scalars), after the inputs
-    reads_inputs: bool  # the (in i) inputs are operands (native ALiBi reads none)
+    reads_inputs: bool  # the (in i) inputs are operands (built-in ALiBi reads none)
     out_shape: tuple = ()  # forward: out (lse is [B, H, L] float32, contiguous)
     out_stride: tuple = ()
     grad_strides: tuple = ()  # backward: dq, dk, dv
@@ -394,7 +394,7 @@ def forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], spec: Atten
     lw = lower(spec, (q.shape[2], k.shape[2]), heads=q.shape[1])
     if lw.unsupported:
         raise Unsupported(lw.unsupported)
-    inputs = () if lw.alibi else tuple(inputs)  # native ALiBi reads no slope input
+    inputs = () if lw.alibi else tuple(inputs)  # built-in ALiBi reads no slope input
     q0, k0, v0, inputs0 = q, k, v, inputs
     inputs = _input_operands(inputs)
     io = _io_type(q, bias, k, v)
@@ -439,7 +439,7 @@ def backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Te
     lw = lower(spec, (q.shape[2], k.shape[2]), heads=q.shape[1])
     if lw.unsupported:
         raise Unsupported(lw.unsupported)
-    inputs = () if lw.alibi else tuple(inputs)  # native ALiBi reads no slope input
+    inputs = () if lw.alibi else tuple(inputs)  # built-in ALiBi reads no slope input
     raw_ops = (q, k, v, out, dout, lse, inputs)
     inputs = _input_operands(inputs)
     io = _io_type(q, bias, k, v, out, dout)

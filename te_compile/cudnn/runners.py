@@ -83,7 +83,7 @@ def _outside_cudagraph_pool(t: Tensor, device: torch.device) -> Tensor:
 
 
 def static_empty_rows(spec: AttentionSpec, L: int, S: int, device: torch.device) -> Optional[Tensor]:
-    """The rows an emitted mask_mod leaves empty at (L, S) (None: none; a native band never empties a row)."""
+    """The rows an emitted mask_mod leaves empty at (L, S) (None: none; a built-in band never empties a row)."""
     if not spec.mask_mod or "(in " in spec.mask_mod or lower(spec, (L, S)).band is not None:
         return None
     return empty_rows_of_mask(spec.mask_mod, L, S, device)
@@ -109,7 +109,7 @@ def fill_empty_rows(out: Tensor, lse: Tensor, rows: Optional[Tensor], bias: Opti
 @functools.lru_cache(maxsize=1024)
 def may_have_empty_rows(spec: AttentionSpec, L: int, S: int, has_bias: bool) -> bool:
     """Can a query row of this call have every key masked (lse = -inf)? Not with no mods and no bias, nor
-    with a mask_mod that cuDNN's native band serves alone: that band always holds the diagonal (or, causal,
+    with a mask_mod that cuDNN's built-in band serves alone: that band always holds the diagonal (or, causal,
     every key up to it) and exists only for L <= S when it has a left bound (te_compile.lowering.lower)."""
     if not (spec.mask_mod or spec.score or has_bias):
         return False
@@ -213,7 +213,7 @@ def _native_info(launch: graphs.Launch, rows: Optional[Tensor] = None, bias_rows
 
 
 class PrefixForward:
-    """The prefix-LM split: two native-band calls, each through its own runner, and a merge."""
+    """The prefix-LM split: two built-in-band calls, each through its own runner, and a merge."""
 
     __slots__ = ("split", "call", "keys")
 

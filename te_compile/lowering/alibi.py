@@ -1,6 +1,6 @@
 """ALiBi that cuDNN can compute itself: recognising ``score + slope(h) * (kv_idx - q_idx)`` under a causal mask.
 
-cuDNN's SDPA has a native ALiBi mask (the frontend's ``use_alibi_mask``) that makes its own per-head slopes
+cuDNN's SDPA has a built-in ALiBi mask (the frontend's ``use_alibi_mask``) that makes its own per-head slopes
 (the frontend's ``get_alibi_slope``: ``2^(-8(h+1)/n)`` for the first n heads, n the largest power of two <= H,
 then the odd-indexed slopes of 2n heads for the rest, as in the ALiBi paper). Together with the causal band it
 skips the masked tiles, which the same term emitted as pointwise ops does not (docs/cudnn-notes.md).

@@ -109,7 +109,7 @@ class Lowering:
     unsupported: Optional[str]
     #: cuDNN's native diagonal band (left bound or None, right bound) serving the mask_mod, or None
     band: Optional[tuple[Optional[int], int]]
-    #: the mods go into cuDNN as score_mod callbacks (a spec with mods and no native band)
+    #: the mods go into cuDNN as score_mod callbacks (a spec with mods and no built-in band)
     emitted: bool
     deriv: Optional[ir.Expr]  # d score_mod / d score
     mask_first: "Optional[MaskFirst]"
@@ -118,7 +118,7 @@ class Lowering:
     constants: tuple[float, ...]
     #: emit ``min(f(s), s + BIG)`` after the score_mod (no mask-first emission; ``EmitOptions.ninf_clamp``)
     ninf_clamp: bool = False
-    #: cuDNN's native ALiBi (``use_alibi_mask``) with the causal ``band`` serves the mods (te_compile.lowering.alibi);
+    #: cuDNN's built-in ALiBi (``use_alibi_mask``) with the causal ``band`` serves the mods (te_compile.lowering.alibi);
     #: nothing is emitted and the slope input is not read
     alibi: bool = False
 
@@ -130,10 +130,10 @@ class Lowering:
 @functools.lru_cache(maxsize=2048)
 def _lower(spec: AttentionSpec, lengths: tuple[int, int], options: EmitOptions, heads: int = 0) -> Lowering:
     score, mask = spec.score_expr(), spec.mask_expr()
-    if native_alibi(spec, lengths, heads, score, mask):
+    if builtin_alibi(spec, lengths, heads, score, mask):
         return Lowering(spec, lengths, options, score, mask, None, (None, 0), False, None, None, None, (), alibi=True)
     unsupported = _unsupported_reason(score, mask) if (score is not None or mask is not None) else None
-    band = _native_band(spec, mask)
+    band = _builtin_band(spec, mask)
     if band is not None and band[0] is not None and lengths[0] > lengths[1]:
         band = None  # "Sliding window attention is only supported with max_s_q <= max_s_kv" (cuDNN 9.19)
     emitted = (score is not None or mask is not None) and band is None
@@ -157,13 +157,13 @@ def needs_ninf_clamp(score: ir.Expr) -> bool:
 def lower(spec: AttentionSpec, lengths: tuple[int, int] = (0, 0), options: Optional[EmitOptions] = None,
           heads: int = 0) -> Lowering:
     """The lowering record of ``spec`` at sequence lengths (L, S) ((0, 0): length-independent parts) and
-    ``heads`` query heads (0: unknown; only native ALiBi depends on it)."""
+    ``heads`` query heads (0: unknown; only built-in ALiBi depends on it)."""
     return _lower(spec, lengths, options or OPTIONS, heads)
 
 
-def native_alibi(spec: AttentionSpec, lengths: tuple[int, int], heads: int, score: Optional[ir.Expr],
+def builtin_alibi(spec: AttentionSpec, lengths: tuple[int, int], heads: int, score: Optional[ir.Expr],
                  mask: Optional[ir.Expr]) -> bool:
-    """cuDNN's native ALiBi serves the mods: the compile-time check (``spec.alibi_heads``) holds at this head
+    """cuDNN's built-in ALiBi serves the mods: the compile-time check (``spec.alibi_heads``) holds at this head
     count, queries and keys are as many (the ALiBi term and the causal band then agree with cuDNN's alignment),
     and the mods still have the ALiBi form."""
     return (bool(spec.alibi_heads) and heads == spec.alibi_heads and lengths[0] == lengths[1] > 0
@@ -402,7 +402,7 @@ def _floor_limit(e: ir.Expr) -> Optional[str]:
 _STYLE_LIMITS = {"power": _pow_limit, "floor_divide": _floor_limit, "remainder": _floor_limit}
 
 
-def _native_band(spec: AttentionSpec, mask: Optional[ir.Expr]) -> Optional[tuple[Optional[int], int]]:
+def _builtin_band(spec: AttentionSpec, mask: Optional[ir.Expr]) -> Optional[tuple[Optional[int], int]]:
     """(left bound or None, right bound) when the mask_mod is a causal band and there is no
     score_mod: cuDNN's native diagonal band (top-left aligned), which skips masked tiles.
 

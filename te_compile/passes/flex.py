@@ -113,7 +113,7 @@ def fold_scale(scale: Any, score: ir.Expr) -> tuple[Any, ir.Expr]:
     lin = ir.linear_in_score(score) if isinstance(scale, numbers.Number) else None
     if lin is not None:
         # a * score + g: a goes into the softmax scale, so cuDNN needs no bprop for it (and, when g
-        # is 0, no score_mod at all: native masks apply). `score * 0.5`, `1 - 0.1 * score`.
+        # is 0, no score_mod at all: built-in masks apply). `score * 0.5`, `1 - 0.1 * score`.
         scale = float(scale) * lin[0]
         score = ir.simplify(ir.add(_SCORE, lin[1]))
     if isinstance(scale, numbers.Number) and scale < 0:
@@ -328,7 +328,7 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
 def interval_path(site: AttentionSite, mods: _Mods, score: ir.Expr, scale: Any, target: str,
                   checker: Optional[Checker], d: Decision, q, k, v) -> Optional[Decision]:
     """Serve the site on cuDNN's interval-mask kernels (te_compile.lowering.intervals) when its mask_mod is a union of key
-    intervals that the graph SDPA cannot skip tiles for (documents, prefix-LM, sink + local; a native band stays on
+    intervals that the graph SDPA cannot skip tiles for (documents, prefix-LM, sink + local; a built-in band stays on
     the graph path), with no score_mod; None to go on with the graph path (which may keep the site)."""
     if env.value("TE_COMPILE_INTERVALS") == "0":  # read at compile time
         return None
@@ -339,7 +339,7 @@ def interval_path(site: AttentionSite, mods: _Mods, score: ir.Expr, scale: Any, 
         intervals.shape(mask)
     except intervals.NoIntervals:
         return None
-    if not ir.buffers_used(mask) and _native_band(mask):
+    if not ir.buffers_used(mask) and _builtin_band(mask):
         return None
     bufs = [example_value(b) for b in mods.buffers]
     if any(getattr(b, "device", None) != q.device for b in bufs) or q.dim() != 4:
@@ -359,7 +359,7 @@ def interval_path(site: AttentionSite, mods: _Mods, score: ir.Expr, scale: Any, 
     return d.serve(spec)
 
 
-def _native_band(mask: ir.Expr) -> bool:
+def _builtin_band(mask: ir.Expr) -> bool:
     """The mask is a band the graph SDPA serves natively (causal, sliding windows): it skips those tiles itself."""
     from ..lowering.lower import diagonal_bounds
 

@@ -1,6 +1,6 @@
 """Is a flex BlockMask exactly what ``create_block_mask(mask_mod)`` builds?
 
-te_compile applies a flex mask_mod element-wise (inside cuDNN or as native masks). Compiled
+te_compile applies a flex mask_mod element-wise (inside cuDNN or as built-in masks). Compiled
 flex instead honours the BlockMask's block structure: blocks that are not listed are skipped,
 "full" blocks skip mask_mod. Both agree exactly when the BlockMask was built by
 ``create_block_mask`` from the same mask_mod (missing = all masked, full = all kept, partial =

@@ -95,22 +95,22 @@ class _AttnFunction(torch.autograd.Function):
 
 
 _IGNORED = torch._C.DispatchKeySet(torch._C.DispatchKey.ADInplaceOrView)
-#: keyset (raw representation) -> whether the CUDA kernel can be called directly (memoized: computing
-#: it costs three DispatchKeySet objects per call)
-_DIRECT: dict = {}
+#: keyset (raw representation) -> whether the CUDA kernel is the next kernel below Autograd (memoized:
+#: computing it costs three DispatchKeySet objects per call)
+_CUDA_NEXT: dict = {}
 
 
 def _runs_cuda_kernel(keyset: "torch._C.DispatchKeySet") -> bool:
     raw = keyset.raw_repr()
-    direct = _DIRECT.get(raw)
-    if direct is None:
+    cuda_next = _CUDA_NEXT.get(raw)
+    if cuda_next is None:
         below = keyset & torch._C._after_autograd_keyset
-        direct = _DIRECT[raw] = (below - _IGNORED).highestPriorityTypeId() == torch._C.DispatchKey.CUDA
-    return direct
+        cuda_next = _CUDA_NEXT[raw] = (below - _IGNORED).highestPriorityTypeId() == torch._C.DispatchKey.CUDA
+    return cuda_next
 
 
 def _below_autograd(op, cuda_kernel, keyset, *args):
-    """Run ``op`` below the Autograd key: the CUDA kernel directly in the common case (plain CUDA
+    """Run ``op`` below the Autograd key: the CUDA kernel itself in the common case (plain CUDA
     tensors, no mode or subclass in the keyset), a redispatch otherwise.
 
     Callers come here only when grad mode is off or no input requires grad, so the kernel records

@@ -235,7 +235,7 @@ def simplify(e: Expr) -> Expr:
     """Fold constants and drop identities (``x + 0``, ``x * 1``, ``true & x``, bool casts of bools).
 
     Translated Hugging Face masks look like ``(and true (cast bool (le (add kv_idx 0) q_idx)))``;
-    simplified they are ``(le kv_idx q_idx)``, which the native-mask recognizer understands."""
+    simplified they are ``(le kv_idx q_idx)``, which the built-in-mask recognizer understands."""
     return _simplify(e)
 
 

@@ -1,6 +1,6 @@
 """The default serve decision: one rule per site class, from measurements (no model, no fitted constants).
 
-What the lowering decided for a site (a native band or window, an emitted score_mod or mask, native ALiBi, the
+What the lowering decided for a site (a built-in band or window, an emitted score_mod or mask, built-in ALiBi, the
 prefix-LM split, key intervals, a bias with or without dBias, an SDPA form) names its class (``site_class``). Each
 class has one rule: keep it, or serve it from a number of query tokens on (forward-only steps as training steps);
 under CUDA graphs the kernel ratio alone decides. Each rule cites the runs (``docs/data``) it was read from
