@@ -115,6 +115,7 @@ def test_repeated_calls_run_natively_and_match_eager(name):
                                                                                            want_grads)}}
     compiled = torch.compile(fn, backend=te_compile.backend(inner="aot_eager", serve="always"), fullgraph=True)
     hits = []
+    declined = dict(counters.declined)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # a reference fallback would warn
         for _ in range(5):
@@ -125,9 +126,13 @@ def test_repeated_calls_run_natively_and_match_eager(name):
             assert max(errs.values()) <= ROWS_TOL, f"te_compile {errs}, eager bf16 {eager}"
             whole = [rel_err(out, want_out)] + [rel_err(a, b) for a, b in zip(grads, want_grads)]
             assert max(whole) <= BF16_TOL, whole
-    # "halves": the prefix-LM split's outer call runs in Python, its two halves in C++ (forward and backward)
-    assert hits[-1] == {"both": 2, "none": 0, "forward": 1, "halves": 4}[native_calls], (hits, counters.declined,
-                                                                                          native.stats())
+    # "halves": the prefix-LM split's outer call runs in Python, its two halves in C++ (forward and backward). A graph
+    # the frontend runs on one of its Python engines (where its CuTe DSL is importable) has no plan C++ can load: it
+    # stays with Python, declined with the engine's name
+    new = {k: n - declined.get(k, 0) for k, n in counters.declined.items() if n != declined.get(k, 0)}
+    python_engine = sum(n for k, n in new.items() if "Python engine" in k)
+    want = {"both": 2, "none": 0, "forward": 1, "halves": 4}[native_calls] - python_engine
+    assert hits[-1] == want, (hits, new, native.stats())
 
 
 @pytest.mark.parametrize("L, learned", [(129, False), (1000, False), (1000, True)],

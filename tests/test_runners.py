@@ -369,3 +369,34 @@ def test_one_counters_object_reads_every_count(monkeypatch):
     assert snap["phases"]["decide"]["count"] == 1
     assert snap["native"] == {k: v for k, v in native.stats().items() if k != "declined"}  # {}: the path is off
     assert kernels.runtime_fallbacks()[0]["calls"] == 2 and kernels.runtime_fallbacks()[0]["reason"] == "no engine (test)"
+
+
+@pytest.mark.parametrize("engine,blob,why", [
+    ("sdpa_fwd_prefill_sm90", b"plan", "the frontend runs this graph on its Python engine sdpa_fwd_prefill_sm90"),
+    (None, None, "the frontend cannot serialize this graph's plan"),
+    (None, b"plan", None),
+])
+def test_a_graph_runner_says_why_cpp_cannot_load_its_plan(engine, blob, why):
+    """A graph the frontend runs on one of its Python engines (CuTe DSL kernels, where the DSL is importable), or whose
+    plan it cannot serialize, stays with Python with that reason (recorded as declined); a runner without a launch
+    (an operand copied each call, a dlse) says so too."""
+    from te_compile.cudnn import graphs
+
+    class Graph:
+        selected_engine = None if engine is None else type("Engine", (), {"name": engine})()
+
+        def serialize(self, as_bytes=True):
+            if blob is None:
+                raise RuntimeError("no serialization for this plan")
+            return blob
+
+    built = graphs._Built(Graph(), 0, (1, 2, 3, 100, 101))
+    spec = AttentionSpec(mask="causal")
+    info = runners.GraphForward(spec, None, False, graphs.Launch(built, (), True, out_shape=(1, 1, 4, 8),
+                                                                 out_stride=(32, 32, 8, 1))).native_info()
+    if why is None:
+        assert info["plan"] == b"plan" and info["owner"] == id(built)
+    else:
+        assert isinstance(info, str) and info.startswith(why), info
+    assert "copies or casts" in runners.GraphForward(spec, None, False, None).native_info()
+    assert "gradient through lse" in runners.GraphBackward(spec, False, False, None).native_info()

@@ -87,10 +87,16 @@ class _Built:
             # when their last real owner lets go.
             gc.collect()
 
+    def python_engine(self) -> Optional[str]:
+        """The name of the frontend's Python engine that runs this graph (``selected_engine``: CuTe DSL kernels the
+        frontend may pick where its DSL is importable), or None: the cuDNN backend runs it."""
+        engine = self.graph.selected_engine
+        return None if engine is None else str(getattr(engine, "name", type(engine).__name__))
+
     def serialized(self) -> Optional[bytes]:
         """The built plan in the cuDNN frontend's serialized form (what the native call path loads), or None when
         it has none: a plan of a Python engine, or a frontend that cannot serialize this graph."""
-        if self.graph.selected_engine is not None:
+        if self.python_engine() is not None:
             return None
         try:
             blob = self.graph.serialize(as_bytes=True)

@@ -173,9 +173,11 @@ class GraphForward:
             fill_empty_rows(out, lse, self.rows, bias if self.bias_rows else None)
         return out, lse
 
-    def native_info(self) -> Optional[dict]:
-        """What the native call path needs to run this signature, or None (a graph it cannot take)."""
-        return None if self.launch is None else _native_info(self.launch, rows=self.rows, bias_rows=self.bias_rows)
+    def native_info(self) -> "dict | str | None":
+        """What the native call path needs to run this signature, or None / why not (a graph it cannot take)."""
+        if self.launch is None:
+            return "an operand cuDNN cannot take as it is (each call copies or casts it)"
+        return _native_info(self.launch, rows=self.rows, bias_rows=self.bias_rows)
 
 
 class GraphBackward:
@@ -195,15 +197,21 @@ class GraphBackward:
         dq, dk, dv, dbias, _ = graphs.backward(dout2, q, k, v2, out2, lse, bias, self.spec, self.need_dbias, inputs)
         return dq, dk, empty_like_layout(v.shape, v).copy_(dv[..., : v.shape[-1]]), dbias
 
-    def native_info(self) -> Optional[dict]:
-        return None if self.launch is None else _native_info(self.launch, guard=self.guard)
+    def native_info(self) -> "dict | str | None":
+        if self.launch is None:
+            return "a gradient through lse, or an operand cuDNN cannot take as it is (copied or cast each call)"
+        return _native_info(self.launch, guard=self.guard)
 
 
 def _native_info(launch: graphs.Launch, rows: Optional[Tensor] = None, bias_rows: bool = False,
-                 guard: bool = False) -> Optional[dict]:
+                 guard: bool = False) -> "dict | str | None":
+    """What C++ needs to run the launch; a reason where it cannot (te_compile.runtime.kernels records it)."""
+    engine = launch.built.python_engine()
+    if engine is not None:
+        return f"the frontend runs this graph on its Python engine {engine} (no cuDNN plan to load)"
     blob = launch.built.serialized()
     if blob is None:
-        return None
+        return "the frontend cannot serialize this graph's plan"
     return {"plan": blob, "owner": id(launch.built), "workspace": int(launch.built.workspace),
             "consts": [float(c.item()) for c in launch.consts], "reads_inputs": launch.reads_inputs,
             "out_shape": list(launch.out_shape), "out_stride": list(launch.out_stride),

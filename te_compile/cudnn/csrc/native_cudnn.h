@@ -44,7 +44,15 @@ constexpr size_t kMaxGraphs = 64;   // per runner
 constexpr size_t kMaxSeen = 256;    // per runner
 constexpr int kMaxResets = 4;       // then the runner executes only
 
-bool capturing(cudaStream_t stream);
+// Whether work on ``stream`` is being captured into a CUDA graph (unknown counts as captured).
+bool capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (cuda.is_capturing(stream, &st) != cudaSuccess) {
+        cuda.last_error();
+        return true;  // unknown: treat as capturing (execute, as under CUDA graphs)
+    }
+    return st != cudaStreamCaptureStatusNone;
+}
 
 // Plans whose runner went while a CUDA graph was being captured (no device sync is allowed then): destroyed by the
 // next runner that goes outside a capture.

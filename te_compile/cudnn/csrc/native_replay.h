@@ -72,16 +72,7 @@ void keep_graph(Runner &r, std::vector<void *> ptrs, cudaGraphExec_t exec) {
     if (!fresh) cuda.exec_destroy(exec);
 }
 
-bool capturing(cudaStream_t stream) {
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    if (cuda.is_capturing(stream, &st) != cudaSuccess) {
-        cuda.last_error();
-        return true;  // unknown: treat as capturing (execute, as under CUDA graphs)
-    }
-    return st != cudaStreamCaptureStatusNone;
-}
-
-// Runs the plan; false (nothing launched) when cuDNN refuses, so the caller can hand the call to Python.
+// cuDNN's status as text, with its number.
 std::string status_text(char const *what, cudnnStatus_t st) {
     std::string s = std::string(what) + ": " + (api.error_string ? api.error_string(st) : "status");
     return s + " (" + std::to_string(static_cast<int>(st)) + ")";
