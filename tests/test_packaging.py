@@ -35,12 +35,13 @@ def _names(reqs: list[str]) -> set[str]:
 
 
 def test_cudnn_frontend_is_the_cuda_extra_not_a_requirement():
-    """CPU users (reference target) get no CUDA packages; GPU users install te_compile[cuda]."""
+    """CPU users (reference target) get no CUDA packages; GPU users install te_compile[cuda] (the frontend, and ninja for
+    the native call path's build)."""
     project = _pyproject()["project"]
     assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]  # SPDX, no banner
     assert _names(project["dependencies"]) == {"torch", "numpy"}
     extras = project["optional-dependencies"]
-    assert extras["cuda"] == ["nvidia-cudnn-frontend>=1.32"]
+    assert extras["cuda"] == ["nvidia-cudnn-frontend>=1.32", "ninja"]  # ninja: the native path's cpp_extension build
     assert "nvidia-cudnn-frontend" not in _names(extras["test"])
     from te_compile.cudnn.install import CUDA_EXTRA, FRONTEND
 
