@@ -7,7 +7,8 @@ every other device runs the reference math. Where the native call path is on (te
 the op's CUDA kernel is C++ and comes here only for a signature it does not hold yet. The fake kernels
 give the outputs' shapes, strides and dtypes for tracing.
 
-Naming: ``extra`` is the ops' tensor-list argument as the graph passes it: the ``(in i)`` inputs
+Naming: ``key`` is the ops' ``spec`` argument, the string form of an AttentionSpec (``AttentionSpec.key()``;
+``from_key`` reads it back); ``spec`` and ``s`` are the dataclass. ``extra`` is the ops' tensor-list argument as the graph passes it: the ``(in i)`` inputs
 (``spec.n_inputs`` of them) followed by the BlockMask tensors (when ``spec.block_q``). The
 kernels split it into ``inputs`` (what cuDNN and the reference math read) and ``block`` (checked
 once per BlockMask, te_compile.runtime.blockmask.check_call).
@@ -94,16 +95,16 @@ def _dbias_out(dbias: Optional[Tensor], q: Tensor, bias: Optional[Tensor], need_
 
 # --------------------------------------------------------------------------- forward
 
-def attn_fwd_fake(q, k, v, bias, extra, spec):
+def attn_fwd_fake(q, k, v, bias, extra, key):
     out = empty_like_layout(_out_shape(q, v), q)
     lse = q.new_empty((q.shape[0], q.shape[1], q.shape[2]), dtype=lse_dtype(q))
     return out, lse
 
 
 def attn_fwd_reference(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], extra: list[Tensor],
-                       spec: str) -> tuple[Tensor, Tensor]:
+                       key: str) -> tuple[Tensor, Tensor]:
     """Attention forward on any device: the reference math."""
-    s = AttentionSpec.from_key(spec)
+    s = AttentionSpec.from_key(key)
     return _reference_forward(q, k, v, bias, s, split_extra(s, q, k, extra))
 
 
@@ -113,41 +114,41 @@ def _reference_forward(q, k, v, bias, s: AttentionSpec, inputs: list[Tensor]) ->
 
 
 def attn_fwd_cuda(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], extra: list[Tensor],
-                  spec: str) -> tuple[Tensor, Tensor]:
+                  key: str) -> tuple[Tensor, Tensor]:
     """The forward on CUDA: one lookup of the runner for this call's signature, then the BlockMask check (once
     per BlockMask) and the runner. The first call of a signature builds its runner (``_first_forward``)."""
-    e = _fwd.get((spec, _sig(q), _sig(k), _sig(v), _sig(bias), *map(_sig, extra)))
+    e = _fwd.get((key, _sig(q), _sig(k), _sig(v), _sig(bias), *map(_sig, extra)))
     if e is None:
-        return _first_forward(q, k, v, bias, extra, spec)
+        return _first_forward(q, k, v, bias, extra, key)
     s = e.spec
     if s.block_q:
-        _check_block(s, q, k, extra, spec)
+        _check_block(s, q, k, extra, key)
     out, lse = e.runner(q, k, v, bias, extra[: s.n_inputs])
     if e.native_pending:
-        _offer_native(e, "forward", (q, k, v, bias, extra, spec))
+        _offer_native(e, "forward", (q, k, v, bias, extra, key))
     return out, lse
 
 
-def _dispatch_forward(q, k, v, bias, extra, spec):
+def _dispatch_forward(q, k, v, bias, extra, key):
     """attn_fwd through the dispatcher below Autograd, for a runner made of other calls (the prefix-LM split's two
     halves): with the native call path on, each half runs in C++ through a runner of its own."""
     with torch._C._AutoDispatchBelowAutograd():
-        return torch.ops.te_compile.attn_fwd.default(q, k, v, bias, extra, spec)
+        return torch.ops.te_compile.attn_fwd.default(q, k, v, bias, extra, key)
 
 
-def _dispatch_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse=None):
+def _dispatch_backward(dout, q, k, v, out, lse, bias, extra, key, need_dbias, dlse=None):
     """attn_bwd through the dispatcher below Autograd (as ``_dispatch_forward``)."""
     with torch._C._AutoDispatchBelowAutograd():
-        return torch.ops.te_compile.attn_bwd.default(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse)
+        return torch.ops.te_compile.attn_bwd.default(dout, q, k, v, out, lse, bias, extra, key, need_dbias, dlse)
 
 
-def _first_forward(q, k, v, bias, extra, spec):
-    s = AttentionSpec.from_key(spec)
+def _first_forward(q, k, v, bias, extra, key):
+    s = AttentionSpec.from_key(key)
     inputs = list(extra[: s.n_inputs])
     if s.block_q:
-        _check_block(s, q, k, extra, spec)
+        _check_block(s, q, k, extra, key)
     if s.impl != "cudnn":
-        runner = _ReferenceForward(s, spec, None)
+        runner = _ReferenceForward(s, key, None)
         out, lse = runner(q, k, v, bias, inputs)
     else:
         from ..cudnn import runners
@@ -155,15 +156,15 @@ def _first_forward(q, k, v, bias, extra, spec):
         try:
             runner, (out, lse) = runners.forward(s, q, k, v, bias, inputs, _dispatch_forward)
         except runners.graphs.Unsupported as e:
-            runner = _ReferenceForward(s, spec, str(e))
+            runner = _ReferenceForward(s, key, str(e))
             out, lse = runner(q, k, v, bias, inputs)
         else:
             if s.verify:
-                verify.forward(spec, s, q, k, v, bias, inputs, out, lse)
+                verify.forward(key, s, q, k, v, bias, inputs, out, lse)
     entry = _Entry(s, runner)
-    _remember(_fwd, (spec, _sig(q), _sig(k), _sig(v), _sig(bias), *map(_sig, extra)), entry)
+    _remember(_fwd, (key, _sig(q), _sig(k), _sig(v), _sig(bias), *map(_sig, extra)), entry)
     if entry.native_pending:
-        _offer_native(entry, "forward", (q, k, v, bias, extra, spec))
+        _offer_native(entry, "forward", (q, k, v, bias, extra, key))
     return out, lse
 
 
@@ -187,7 +188,7 @@ class _ReferenceForward:
 
 # --------------------------------------------------------------------------- backward
 
-def attn_bwd_fake(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse=None):
+def attn_bwd_fake(dout, q, k, v, out, lse, bias, extra, key, need_dbias, dlse=None):
     dq = empty_like_layout(q.shape, q)
     dk = empty_like_layout(k.shape, k)
     dv = empty_like_layout(v.shape, v)
@@ -196,33 +197,33 @@ def attn_bwd_fake(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse=N
 
 
 def attn_bwd_reference(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                       bias: Optional[Tensor], extra: list[Tensor], spec: str,
+                       bias: Optional[Tensor], extra: list[Tensor], key: str,
                        need_dbias: bool, dlse: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Attention backward on any device: the reference math."""
-    s = AttentionSpec.from_key(spec)
+    s = AttentionSpec.from_key(key)
     grads = reference.attention_backward(dout, q, k, v, out, lse, bias, s, need_dbias, extra[: s.n_inputs], dlse)
     return _place_grads(grads, q, k, v, bias, need_dbias)
 
 
 def attn_bwd_cuda(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, bias: Optional[Tensor],
-                  extra: list[Tensor], spec: str, need_dbias: bool,
+                  extra: list[Tensor], key: str, need_dbias: bool,
                   dlse: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The backward on CUDA: one lookup of the runner for this call's signature, then the runner."""
-    e = _bwd.get((spec, need_dbias, _sig(dout), _sig(q), _sig(k), _sig(v), _sig(out), _sig(lse), _sig(bias),
+    e = _bwd.get((key, need_dbias, _sig(dout), _sig(q), _sig(k), _sig(v), _sig(out), _sig(lse), _sig(bias),
                   _sig(dlse), *map(_sig, extra)))
     if e is None:
-        return _first_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse)
+        return _first_backward(dout, q, k, v, out, lse, bias, extra, key, need_dbias, dlse)
     grads = e.runner(dout, q, k, v, out, lse, bias, extra[: e.spec.n_inputs], dlse)
     if e.native_pending:
-        _offer_native(e, "backward", (dout, q, k, v, out, lse, bias, extra, spec, need_dbias))
+        _offer_native(e, "backward", (dout, q, k, v, out, lse, bias, extra, key, need_dbias))
     return grads
 
 
-def _first_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse):
-    s = AttentionSpec.from_key(spec)
+def _first_backward(dout, q, k, v, out, lse, bias, extra, key, need_dbias, dlse):
+    s = AttentionSpec.from_key(key)
     inputs = list(extra[: s.n_inputs])
     if s.impl != "cudnn":
-        runner = _ReferenceBackward(s, spec, need_dbias, None)
+        runner = _ReferenceBackward(s, key, need_dbias, None)
         grads = runner(dout, q, k, v, out, lse, bias, inputs, dlse)
     else:
         from ..cudnn import runners
@@ -231,16 +232,16 @@ def _first_backward(dout, q, k, v, out, lse, bias, extra, spec, need_dbias, dlse
             runner, grads = runners.backward(s, dout, q, k, v, out, lse, bias, need_dbias, inputs, dlse,
                                              _dispatch_backward)
         except runners.graphs.Unsupported as e:
-            runner = _ReferenceBackward(s, spec, need_dbias, str(e))
+            runner = _ReferenceBackward(s, key, need_dbias, str(e))
             grads = runner(dout, q, k, v, out, lse, bias, inputs, dlse)
         else:
             if s.verify:
-                verify.backward(spec, s, dout, q, k, v, out, lse, bias, need_dbias, inputs, grads, dlse)
+                verify.backward(key, s, dout, q, k, v, out, lse, bias, need_dbias, inputs, grads, dlse)
     entry = _Entry(s, runner)
-    _remember(_bwd, (spec, need_dbias, _sig(dout), _sig(q), _sig(k), _sig(v), _sig(out), _sig(lse), _sig(bias),
+    _remember(_bwd, (key, need_dbias, _sig(dout), _sig(q), _sig(k), _sig(v), _sig(out), _sig(lse), _sig(bias),
                      _sig(dlse), *map(_sig, extra)), entry)
     if entry.native_pending:
-        _offer_native(entry, "backward", (dout, q, k, v, out, lse, bias, extra, spec, need_dbias))
+        _offer_native(entry, "backward", (dout, q, k, v, out, lse, bias, extra, key, need_dbias))
     return grads
 
 
@@ -316,11 +317,11 @@ def _forget_with_graphs(graphs) -> None:
         graphs.cache.on_forget.append(forget_graph)
 
 
-def _check_block(s: AttentionSpec, q: Tensor, k: Tensor, extra: list[Tensor], spec: str) -> None:
+def _check_block(s: AttentionSpec, q: Tensor, k: Tensor, extra: list[Tensor], key: str) -> None:
     """The BlockMask check (raises on a mismatch; once per BlockMask). The native call path runs a call with a
     BlockMask only once that BlockMask has passed here."""
     if blockmask.check_call(s, q, k, list(extra[: s.n_inputs]), list(extra[s.n_inputs:])) and native.active():
-        native.block_checked(q, k, extra, spec)
+        native.block_checked(q, k, extra, key)
 
 
 def _offer_native(entry: _Entry, direction: str, args: tuple) -> None:
