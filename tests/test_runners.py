@@ -400,3 +400,27 @@ def test_a_graph_runner_says_why_cpp_cannot_load_its_plan(engine, blob, why):
         assert isinstance(info, str) and info.startswith(why), info
     assert "copies or casts" in runners.GraphForward(spec, None, False, None).native_info()
     assert "gradient through lse" in runners.GraphBackward(spec, False, False, None).native_info()
+
+
+def test_a_graph_runner_hands_cpp_its_row_fill_and_lse_guard():
+    """What C++ does after cuDNN's execute is what the runner decided: the rows an emitted mask empties, the bias's -inf
+    rows looked for per call, the lse guard of the backward (without them C++ returns cuDNN's garbage in rows that
+    must be 0 / -inf, and NaN gradients)."""
+    import torch
+    from te_compile.cudnn import graphs
+
+    class Graph:
+        selected_engine = None
+
+        def serialize(self, as_bytes=True):
+            return b"plan"
+
+    built = graphs._Built(Graph(), 0, (1, 2, 3, 100, 101))
+    spec = AttentionSpec(mask="causal")
+    rows = torch.tensor([[[True, False]]])
+    fwd = runners.GraphForward(spec, rows, True, graphs.Launch(built, (), True, out_shape=(1, 1, 2, 8),
+                                                             out_stride=(16, 16, 8, 1))).native_info()
+    assert fwd["rows"] is rows and fwd["bias_rows"] is True and fwd["guard_lse"] is False
+    bwd = runners.GraphBackward(spec, False, True, graphs.Launch(built, (), True, grad_strides=((16, 16, 8, 1),) * 3)
+                                ).native_info()
+    assert bwd["guard_lse"] is True and bwd["rows"] is None and bwd["bias_rows"] is False
