@@ -212,17 +212,17 @@ def main() -> int:
                 row[p]["step_vs_inductor"] = ind["step_ms"] / row[p]["step_ms"]
                 row[p]["fwd_vs_inductor"] = ind["fwd_ms"] / row[p]["fwd_ms"]
         rows.append(row)
+        if a.json:  # after every row: a run cut short keeps what it measured
+            with open(a.json, "w") as fh:
+                json.dump({"date": datetime.date.today().isoformat(), "command": " ".join(sys.argv),
+                           "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                           "cudnn": torch.backends.cudnn.version(), "rows": rows}, fh, indent=1)
         print(f"{name:12s} served {row.get('served')} " + "  ".join(
             f"{p} {row[p]['fwd_ms']:.3f}/{row[p]['step_ms']:.3f} ms ({row[p]['step_vs_inductor']:.2f}x"
             f", kernels {row[p].get('kernel_step_ms') or float('nan'):.3f})"
             if "step_ms" in row.get(p, {}) else f"{p} {row.get(p, {}).get('error', 'wrong' if row.get(p, {}).get('wrong') else '-')}"
             for p in paths) + f"  plan {row.get('plan_ms', float('nan')):.1f} ms  block_mask {row['block_mask_ms']:.1f} ms",
             flush=True)
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump({"date": datetime.date.today().isoformat(), "command": " ".join(sys.argv),
-                       "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "cudnn": torch.backends.cudnn.version(), "rows": rows}, fh, indent=1)
     return 0
 
 

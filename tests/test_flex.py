@@ -279,6 +279,41 @@ def test_lse_is_log2_at_the_hop_boundary():
     torch.testing.assert_close(lse, torch.logsumexp(s, -1))
 
 
+def test_a_block_mask_check_begun_answers_when_finished():
+    """The op's check in two halves (its device work queued, then the answer): a BlockMask create_block_mask built
+    passes and is remembered only once its answer is read; an edited one is refused at finish(), not at begin, and
+    the refusal is remembered too."""
+    from te_compile.runtime import blockmask
+    from tools import fuzz_blockmask
+
+    bm = create_block_mask(MASK_MODS["causal"], 1, 1, L, L, device="cpu", BLOCK_SIZE=8)
+    fn = lambda q, k, v, bm: flex_attention(q, k, v, block_mask=bm)  # noqa: E731
+    q, k, v = (a.detach() for a in _inputs())
+    spec = te_compile.explain(fn, q, k, v, bm, target="reference").decisions[0].spec
+    assert spec.block_q == 8 and spec.block_full
+    bm = create_block_mask(MASK_MODS["causal"], 1, 1, L, L, device="cpu", BLOCK_SIZE=8)  # one not checked yet
+
+    def blocks(m):
+        return [m.kv_num_blocks, m.kv_indices, m.full_kv_num_blocks, m.full_kv_indices]
+
+    before = blockmask.verified.checks
+    check = blockmask.begin_call(spec, q, k, [], blocks(bm))
+    assert blockmask.verified.checks == before + 1
+    again = blockmask.begin_call(spec, q, k, [], blocks(bm))  # not answered yet: not remembered yet
+    assert blockmask.verified.checks == before + 2
+    assert check.finish() is True and again.finish() is True
+    assert blockmask.begin_call(spec, q, k, [], blocks(bm)).finish() is True
+    assert blockmask.verified.checks == before + 2
+
+    edited = next(e for e in (fuzz_blockmask.edit(bm, s) for s in range(100)) if e and e[0].startswith("drop_full"))[1]
+    check = blockmask.begin_call(spec, q, k, [], blocks(edited))  # queued: no answer, no error yet
+    with pytest.raises(RuntimeError, match="full blocks differ"):
+        check.finish()
+    with pytest.raises(RuntimeError, match="full blocks differ"):
+        blockmask.begin_call(spec, q, k, [], blocks(edited)).finish()
+    assert blockmask.verified.checks == before + 3
+
+
 def test_block_mask_is_checked_once_per_block_mask():
     from te_compile.runtime.blockmask import verified
 

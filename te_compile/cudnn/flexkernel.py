@@ -142,8 +142,13 @@ def _build(spec: AttentionSpec, q: Tensor, k: Tensor, v: Tensor, bufs: Sequence[
         seen = seen + (f[i + 1] - f[i]).long()
     empty = (seen == 0).view(B, 1, L)
     flags = torch.stack([ep.valid.all(), empty.any()])
+    host = torch.empty(2, dtype=torch.bool, pin_memory=True)
+    host.copy_(flags, non_blocking=True)
+    ready = torch.cuda.Event()
+    ready.record()
     plan = create_mask_plan(ep.funcs, _bshd(q), _bshd(k), _bshd(v), build_backward=backward)  # synchronises
-    valid, any_empty = (bool(x) for x in flags.tolist())  # the plan build already drained the stream
+    ready.synchronize()  # recorded before the plan's own read-back: no further wait for the plan's later kernels
+    valid, any_empty = (bool(x) for x in host.tolist())
     return _Plan(plan, valid, empty if any_empty else None)
 
 

@@ -49,7 +49,10 @@ def expected_blocks(mask: Tensor, L: int, S: int, qb: int, kb: int) -> tuple[Ten
 
 def mismatch(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: int, S: int, qb: int, kb: int,
              kv_num: Tensor, kv_idx: Tensor, full_num: Optional[Tensor], full_idx: Optional[Tensor],
-             device: torch.device) -> Optional[str]:
+             device: torch.device, defer: bool = False):
+    """None when the BlockMask's blocks are the ones ``create_block_mask(mask_expr)`` builds, else the first
+    difference. ``defer``: the comparison is queued on the device and a ``_Flags`` returned (its ``result()`` is the
+    answer) unless the answer needs no device work (a shape that differs)."""
     nq, nk = -(-L // qb), -(-S // kb)
     if kv_num.shape[-1] != nq:
         return f"the BlockMask has {kv_num.shape[-1]} query blocks, the call needs {nq}"
@@ -73,11 +76,38 @@ def mismatch(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: in
         shape = torch.broadcast_shapes(listed.shape, want_partial.shape)
     except RuntimeError:
         return f"BlockMask batch/head dims {tuple(listed.shape[:2])} do not broadcast to the mask's"
-    if not torch.equal(listed.expand(shape), want_partial.expand(shape)):
-        return "its partial blocks differ from the ones create_block_mask(mask_mod) builds"
-    if not torch.equal(listed_full.expand(shape), want_full.expand(shape)):
-        return "its full blocks differ from the ones create_block_mask(mask_mod) builds"
-    return None
+    differs = torch.stack([(listed.expand(shape) != want_partial.expand(shape)).any(),
+                           (listed_full.expand(shape) != want_full.expand(shape)).any()])
+    pending = _Flags(differs)
+    return pending if defer else pending.result()
+
+
+_DIFFER = ("its partial blocks differ from the ones create_block_mask(mask_mod) builds",
+           "its full blocks differ from the ones create_block_mask(mask_mod) builds")
+
+
+class _Flags:
+    """The comparison's two flags (partial blocks differ, full blocks differ), computed on the blocks' device and
+    copied to the host without waiting: ``result()`` waits for that copy alone (an event recorded after it), not
+    for work the stream took on later."""
+
+    __slots__ = ("host", "event")
+
+    def __init__(self, differs: Tensor) -> None:
+        self.event = None
+        if differs.is_cuda:
+            self.host = torch.empty(differs.shape, dtype=differs.dtype, pin_memory=True)
+            self.host.copy_(differs, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = differs
+
+    def result(self) -> Optional[str]:
+        if self.event is not None:
+            self.event.synchronize()
+        partial, full = self.host.tolist()
+        return _DIFFER[0] if partial else (_DIFFER[1] if full else None)
 
 
 class _Verified:
@@ -95,16 +125,43 @@ class _Verified:
         self.checks = 0
 
     def check(self, key_tensors: Sequence[Tensor], extra_key: tuple, run) -> Optional[str]:
+        """The verdict, computed now (``run()``) unless known."""
+        return self.begin(key_tensors, extra_key, run).finish()
+
+    def begin(self, key_tensors: Sequence[Tensor], extra_key: tuple, run) -> "Check":
+        """A check begun: the verdict if known, else ``run()`` (which may return ``_Flags``, the device work queued)
+        to be read by ``Check.finish()``."""
         # data pointers are unique across devices in one process (CUDA unified addressing)
         key = tuple([(t.data_ptr(), t._version, t.shape, t.stride()) for t in key_tensors]) + extra_key
         if key in self._seen:
-            return self._seen[key]
-        why = run()
+            return Check(self, None, self._seen[key])
         with self._lock:
             self.checks += 1
+        return Check(self, key, run())
+
+    def _store(self, key: tuple, why: Optional[str]) -> None:
+        with self._lock:
             self._seen[key] = why
             while len(self._seen) > self.maxsize:
                 self._seen.popitem(last=False)
+
+
+class Check:
+    """A check begun: ``finish()`` returns the verdict (None: the blocks match; else the first difference), waiting
+    for the comparison's device work where ``begin`` queued it, and remembers it for the BlockMask."""
+
+    __slots__ = ("_owner", "_key", "_answer")
+
+    def __init__(self, owner: Optional[_Verified], key: Optional[tuple], answer) -> None:
+        self._owner, self._key, self._answer = owner, key, answer
+
+    def finish(self) -> Optional[str]:
+        why = self._answer
+        if isinstance(why, _Flags):
+            why = self._answer = why.result()
+        if self._key is not None:
+            self._owner._store(self._key, why)
+            self._key = None
         return why
 
 
@@ -121,6 +178,38 @@ def check_call(spec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Ten
     """The op's check of the BlockMask it receives (once per BlockMask): raise rather than give an
     answer different from compiled flex's. True when the BlockMask was checked and matches, False when the
     check was skipped (CUDA graph capture)."""
+    return begin_call(spec, q, k, inputs, block).finish()
+
+
+class _Skipped:
+    __slots__ = ()
+
+    @staticmethod
+    def finish() -> bool:
+        return False
+
+
+class _CallCheck:
+    __slots__ = ("check",)
+
+    def __init__(self, check: Check) -> None:
+        self.check = check
+
+    def finish(self) -> bool:
+        why = self.check.finish()
+        if why:
+            raise RuntimeError(
+                "te_compile: the BlockMask given to flex_attention was not built by create_block_mask from its "
+                f"mask_mod ({why}). Compiled flex_attention honours the block structure, te_compile applies "
+                "mask_mod element-wise, so it refuses to run rather than give a different answer. Build the mask "
+                "with create_block_mask(mask_mod, ...), or compile this model without te_compile.")
+        return True
+
+
+def begin_call(spec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Tensor]):
+    """``check_call`` in two halves: the check's device work is queued now, without waiting for it; the result's
+    ``finish()`` waits for the answer alone and raises or returns as ``check_call`` does. An op that queues its
+    attention between the halves waits once, not before its own work, and returns nothing before ``finish()``."""
     global _capture_noted
     if q.is_cuda and torch.cuda.is_current_stream_capturing():
         # CUDA graph capture (mode="reduce-overhead"): no checking work can run (it syncs); the
@@ -130,18 +219,12 @@ def check_call(spec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Ten
             _log.warning("te_compile: under CUDA graph capture the run-time BlockMask check is skipped; graph "
                          "replays do not re-check a different BlockMask passed later (the compile-time and "
                          "warm-up checks still apply). Build BlockMasks with create_block_mask.")
-        return False
+        return _Skipped()
     qb, kb, mask = spec.block_q, spec.block_kv, spec.mask_expr() or ir.Expr.const(True)
     kv_num, kv_idx = block[0], block[1]
     full_num, full_idx = (block[2], block[3]) if spec.block_full else (None, None)
     B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
-    why = verified.check(
+    return _CallCheck(verified.begin(
         block + inputs, (B, H, L, S, spec.mask_mod, qb, kb, spec.block_full),
-        lambda: mismatch(mask, inputs, B, H, L, S, qb, kb, kv_num, kv_idx, full_num, full_idx, q.device))
-    if why:
-        raise RuntimeError(
-            "te_compile: the BlockMask given to flex_attention was not built by create_block_mask from its "
-            f"mask_mod ({why}). Compiled flex_attention honours the block structure, te_compile applies "
-            "mask_mod element-wise, so it refuses to run rather than give a different answer. Build the mask "
-            "with create_block_mask(mask_mod, ...), or compile this model without te_compile.")
-    return True
+        lambda: mismatch(mask, inputs, B, H, L, S, qb, kb, kv_num, kv_idx, full_num, full_idx, q.device,
+                         defer=True)))

@@ -121,9 +121,10 @@ def attn_fwd_cuda(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], extra
     if e is None:
         return _first_forward(q, k, v, bias, extra, key)
     s = e.spec
-    if s.block_q:
-        _check_block(s, q, k, extra, key)
+    check = _begin_block(s, q, k, extra) if s.block_q else None
     out, lse = e.runner(q, k, v, bias, extra[: s.n_inputs])
+    if check is not None:  # after the attention is queued: the wait overlaps it; nothing returned before the answer
+        _finish_block(check, q, k, extra, key)
     if e.native_pending:
         _offer_native(e, "forward", (q, k, v, bias, extra, key))
     return out, lse
@@ -145,8 +146,7 @@ def _dispatch_backward(dout, q, k, v, out, lse, bias, extra, key, need_dbias, dl
 def _first_forward(q, k, v, bias, extra, key):
     s = AttentionSpec.from_key(key)
     inputs = list(extra[: s.n_inputs])
-    if s.block_q:
-        _check_block(s, q, k, extra, key)
+    check = _begin_block(s, q, k, extra) if s.block_q else None
     if s.impl != "cudnn":
         runner = _ReferenceForward(s, key, None)
         out, lse = runner(q, k, v, bias, inputs)
@@ -161,6 +161,8 @@ def _first_forward(q, k, v, bias, extra, key):
         else:
             if s.verify:
                 verify.forward(key, s, q, k, v, bias, inputs, out, lse)
+    if check is not None:
+        _finish_block(check, q, k, extra, key)
     entry = _Entry(s, runner)
     _remember(_fwd, (key, _sig(q), _sig(k), _sig(v), _sig(bias), *map(_sig, extra)), entry)
     if entry.native_pending:
@@ -320,7 +322,16 @@ def _forget_with_graphs(graphs) -> None:
 def _check_block(s: AttentionSpec, q: Tensor, k: Tensor, extra: list[Tensor], key: str) -> None:
     """The BlockMask check (raises on a mismatch; once per BlockMask). The native call path runs a call with a
     BlockMask only once that BlockMask has passed here."""
-    if blockmask.check_call(s, q, k, list(extra[: s.n_inputs]), list(extra[s.n_inputs:])) and native.active():
+    _finish_block(_begin_block(s, q, k, extra), q, k, extra, key)
+
+
+def _begin_block(s: AttentionSpec, q: Tensor, k: Tensor, extra: list[Tensor]):
+    """The check's device work queued (a new BlockMask), no wait; ``_finish_block`` reads the answer."""
+    return blockmask.begin_call(s, q, k, list(extra[: s.n_inputs]), list(extra[s.n_inputs:]))
+
+
+def _finish_block(check, q: Tensor, k: Tensor, extra: list[Tensor], key: str) -> None:
+    if check.finish() and native.active():
         native.block_checked(q, k, extra, key)
 
 
