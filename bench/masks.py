@@ -6,8 +6,9 @@ interval kernels called directly, Inductor flex, FLASH.
 One process, one GPU. For each mask class (causal, sliding window 1024, prefix-LM with 512 prefix keys, 4 equal
 documents + causal, 16 documents of random lengths (one of length 1) + causal, 4 sink keys + a 1024 window) and each
 path, a forward and a training step (forward + backward, a fixed upstream gradient) are timed between CUDA events after
-warm-up, the median of ``--iters`` calls per round, rounds alternating between paths (each round starts with the next
-path), the best round kept; "A/A" is plain torch.compile timed again as its own column (the noise floor).
+warm-up, the median of ``--iters`` calls per round and, for the step, a loop of ``--iters`` steps timed as a whole
+(``loop_ms``: throughput, steadier where the host bounds the step), rounds alternating between paths (each round
+starts with the next path), the best round kept; "A/A" is plain torch.compile timed again as its own column (the noise floor).
 
 Paths: ``te_compile`` its default policy, ``always`` serve="always" (the interval kernels where the mask takes them),
 ``graph`` serve="always" with the interval kernels off (``TE_COMPILE_INTERVALS=0``: te_compile's cuDNN graph path);
@@ -98,6 +99,20 @@ def _median_ms(fn: Callable, iters: int, warmup: int = 5) -> float:
         b.record()
     torch.cuda.synchronize()
     return statistics.median(a.elapsed_time(b) for a, b in ev)
+
+
+def _loop_ms(fn: Callable, iters: int) -> float:
+    """ms per call of a loop of ``iters`` calls timed as a whole (events at its ends): a host-bound step's
+    throughput, steadier than the median of single calls between events."""
+    fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(iters):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / iters
 
 
 def kernel_ms(f: Callable, q, k, v, dout, steps: int = 5) -> Optional[float]:
@@ -199,11 +214,12 @@ def main() -> int:
                     torch.autograd.grad(o, (qs, ks, vs), dout)
                 st = _median_ms(step, a.iters)
                 cell = row.setdefault(p, {})
+                cell.setdefault("loop_rounds", []).append(_loop_ms(step, a.iters))
                 cell.setdefault("fwd_rounds", []).append(fwd)
                 cell.setdefault("step_rounds", []).append(st)
         for p, f in fns.items():
             c = row[p]
-            c["fwd_ms"], c["step_ms"] = min(c["fwd_rounds"]), min(c["step_rounds"])
+            c["fwd_ms"], c["step_ms"], c["loop_ms"] = min(c["fwd_rounds"]), min(c["step_rounds"]), min(c["loop_rounds"])
             c["kernel_step_ms"] = kernel_ms(f, qs, ks, vs, dout)
         ind = row.get("torch.compile", {})
         for p in fns:
@@ -211,6 +227,7 @@ def main() -> int:
             if "step_ms" in ind:
                 row[p]["step_vs_inductor"] = ind["step_ms"] / row[p]["step_ms"]
                 row[p]["fwd_vs_inductor"] = ind["fwd_ms"] / row[p]["fwd_ms"]
+                row[p]["loop_vs_inductor"] = ind["loop_ms"] / row[p]["loop_ms"]
         rows.append(row)
         if a.json:  # after every row: a run cut short keeps what it measured
             with open(a.json, "w") as fh:
@@ -219,6 +236,7 @@ def main() -> int:
                            "cudnn": torch.backends.cudnn.version(), "rows": rows}, fh, indent=1)
         print(f"{name:12s} served {row.get('served')} " + "  ".join(
             f"{p} {row[p]['fwd_ms']:.3f}/{row[p]['step_ms']:.3f} ms ({row[p]['step_vs_inductor']:.2f}x"
+            f", loop {row[p]['loop_ms']:.3f} {row[p]['loop_vs_inductor']:.2f}x"
             f", kernels {row[p].get('kernel_step_ms') or float('nan'):.3f})"
             if "step_ms" in row.get(p, {}) else f"{p} {row.get(p, {}).get('error', 'wrong' if row.get(p, {}).get('wrong') else '-')}"
             for p in paths) + f"  plan {row.get('plan_ms', float('nan')):.1f} ms  block_mask {row['block_mask_ms']:.1f} ms",
