@@ -314,6 +314,36 @@ def test_a_block_mask_check_begun_answers_when_finished():
     assert blockmask.verified.checks == before + 3
 
 
+def test_the_block_mask_check_takes_query_rows_a_few_blocks_at_a_time(monkeypatch):
+    """The check evaluates mask_mod in chunks of whole query blocks (bounded memory at long lengths): the blocks it
+    derives are the ones of the whole mask at once, for a mask_mod that reads captured document ids per batch row,
+    with a last chunk shorter than a block; create_block_mask's BlockMask passes, an edited one does not."""
+    from te_compile.runtime import blockmask
+    from tools import fuzz_blockmask
+
+    ids = torch.tensor([[0] * 5 + [1] * 9 + [2] * 10, [0] * 12 + [1] * 12])
+    n = 21  # not a multiple of the block size
+
+    def mm(b, h, q, kv):
+        return (ids[b, q] == ids[b, kv]) & (q >= kv)
+    bm = create_block_mask(mm, B, 1, n, n, device="cpu", BLOCK_SIZE=8)
+    q, k, v = (a.detach()[:, :, :n] for a in _inputs())
+    spec = te_compile.explain(lambda q, k, v: flex_attention(q, k, v, block_mask=bm), q, k, v,
+                              target="reference").decisions[0].spec
+    expr, inputs = spec.mask_expr(), [ids]
+    whole = blockmask.element_blocks(expr, inputs, B, H, n, n, 8, 8, torch.device("cpu"))
+    monkeypatch.setattr(blockmask, "CHUNK_ELEMENTS", 1)  # one query block per chunk: 3 chunks, the last of 5 rows
+    chunked = blockmask.element_blocks(expr, inputs, B, H, n, n, 8, 8, torch.device("cpu"))
+    assert whole[0].shape[-2:] == (3, 3) and all(torch.equal(a, b) for a, b in zip(whole, chunked))
+
+    def check(m):
+        return blockmask.mismatch(expr, inputs, B, H, n, n, 8, 8, m.kv_num_blocks, m.kv_indices,
+                                  m.full_kv_num_blocks, m.full_kv_indices, torch.device("cpu"))
+    assert check(bm) is None
+    edited = next(e for e in (fuzz_blockmask.edit(bm, s) for s in range(100)) if e and e[0].startswith("drop_"))[1]
+    assert check(edited) is not None
+
+
 def test_block_mask_is_checked_once_per_block_mask():
     from te_compile.runtime.blockmask import verified
 

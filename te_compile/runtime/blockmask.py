@@ -47,6 +47,34 @@ def expected_blocks(mask: Tensor, L: int, S: int, qb: int, kb: int) -> tuple[Ten
     return any_, full
 
 
+#: the most mask elements the check evaluates at once (query rows are taken a few blocks at a time beyond it)
+CHUNK_ELEMENTS = 1 << 26
+
+
+def element_blocks(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: int, S: int, qb: int, kb: int,
+                   device: torch.device) -> tuple[Tensor, Tensor]:
+    """(any, full) per (q block, kv block) of ``mask_expr`` evaluated element by element, as create_block_mask
+    classifies blocks; the query rows in chunks of whole blocks, so that no more than about ``CHUNK_ELEMENTS``
+    elements are held at once (a [B, H, L, S] mask at long lengths would hold gigabytes)."""
+    from ..reference import index_grids
+
+    grids = {**index_grids(B, H, L, S, device), "inputs": list(inputs), "bufs": list(inputs)}
+    step = max(1, CHUNK_ELEMENTS // max(1, B * H * S * qb)) * qb
+    parts = []
+    for r0 in range(0, L, step):
+        rows = min(step, L - r0)
+        grids["q_idx"] = torch.arange(r0, r0 + rows, dtype=torch.int32, device=device).view(1, 1, rows, 1)
+        # a mask_mod that folds to a constant (``x | True``) evaluates to a CPU scalar: bring it to the blocks' device
+        elem = ir.evaluate(mask_expr, grids).to(device=device, dtype=torch.bool)
+        while elem.dim() < 4:
+            elem = elem.unsqueeze(0)
+        parts.append(expected_blocks(elem.expand(elem.shape[0], elem.shape[1], rows, S), rows, S, qb, kb))
+    if len(parts) == 1:
+        return parts[0]
+    lead = torch.broadcast_shapes(*(a.shape[:2] for a, _ in parts))  # a chunk may not depend on b or h where another does
+    return tuple(torch.cat([p[i].expand(*lead, *p[i].shape[2:]) for p in parts], dim=-2) for i in range(2))
+
+
 def mismatch(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: int, S: int, qb: int, kb: int,
              kv_num: Tensor, kv_idx: Tensor, full_num: Optional[Tensor], full_idx: Optional[Tensor],
              device: torch.device, defer: bool = False):
@@ -56,15 +84,7 @@ def mismatch(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int, L: in
     nq, nk = -(-L // qb), -(-S // kb)
     if kv_num.shape[-1] != nq:
         return f"the BlockMask has {kv_num.shape[-1]} query blocks, the call needs {nq}"
-    from ..reference import index_grids
-
-    grids = {**index_grids(B, H, L, S, device), "inputs": list(inputs), "bufs": list(inputs)}
-    # a mask_mod that folds to a constant (``x | True``) evaluates to a CPU scalar: bring it to the blocks' device
-    elem = ir.evaluate(mask_expr, grids).to(device=device, dtype=torch.bool)
-    while elem.dim() < 4:
-        elem = elem.unsqueeze(0)
-    elem = elem.expand(elem.shape[0], elem.shape[1], L, S)
-    any_, full = expected_blocks(elem, L, S, qb, kb)
+    any_, full = element_blocks(mask_expr, inputs, B, H, L, S, qb, kb, device)
     listed = listed_blocks(kv_num.to(device), kv_idx.to(device), nk)
     if full_num is not None and full_idx is not None:
         listed_full = listed_blocks(full_num.to(device), full_idx.to(device), nk)
