@@ -59,16 +59,17 @@ def element_blocks(mask_expr: ir.Expr, inputs: Sequence[Tensor], B: int, H: int,
     from ..reference import index_grids
 
     grids = {**index_grids(B, H, L, S, device), "inputs": list(inputs), "bufs": list(inputs)}
-    step = max(1, CHUNK_ELEMENTS // max(1, B * H * S * qb)) * qb
-    parts = []
-    for r0 in range(0, L, step):
-        rows = min(step, L - r0)
+    parts, r0, rows = [], 0, qb  # one query block first: what it holds per row sizes the chunks after it
+    while r0 < L:
+        rows = min(rows, L - r0)
         grids["q_idx"] = torch.arange(r0, r0 + rows, dtype=torch.int32, device=device).view(1, 1, rows, 1)
         # a mask_mod that folds to a constant (``x | True``) evaluates to a CPU scalar: bring it to the blocks' device
         elem = ir.evaluate(mask_expr, grids).to(device=device, dtype=torch.bool)
         while elem.dim() < 4:
             elem = elem.unsqueeze(0)
         parts.append(expected_blocks(elem.expand(elem.shape[0], elem.shape[1], rows, S), rows, S, qb, kb))
+        r0 += rows
+        rows = max(1, CHUNK_ELEMENTS // (elem.shape[0] * elem.shape[1] * S * qb)) * qb
     if len(parts) == 1:
         return parts[0]
     lead = torch.broadcast_shapes(*(a.shape[:2] for a, _ in parts))  # a chunk may not depend on b or h where another does
