@@ -136,7 +136,7 @@ def test_repeated_calls_run_natively_and_match_eager(name):
     new = {k: n - declined.get(k, 0) for k, n in counters.declined.items() if n != declined.get(k, 0)}
     python_engine = sum(n for k, n in new.items() if "Python engine" in k)
     want = {"both": 2, "none": 0, "forward": 1, "halves": 4}[native_calls] - python_engine
-    assert hits[-1] == want, (hits, new, native.stats())
+    assert hits[-1] == want, f"native calls per step {hits}, new declines {new}, {native.stats()}"
 
 
 @pytest.mark.parametrize("L, learned", [(129, False), (1000, False), (1000, True)],

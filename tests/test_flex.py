@@ -314,6 +314,41 @@ def test_a_block_mask_check_begun_answers_when_finished():
     assert blockmask.verified.checks == before + 3
 
 
+def test_the_block_mask_check_is_keyed_by_what_the_mask_reads():
+    """A BlockMask is checked once, however often the tensors the score_mod reads change (a graph may hand the op a
+    fresh copy every call, an optimizer updates one in place); an in-place edit of the ids a mask_mod reads makes
+    it check again."""
+    from te_compile.runtime import blockmask
+
+    scale = torch.rand(H, dtype=torch.float64) + 0.5
+    ids = torch.tensor([0] * 10 + [1] * 14)
+    causal = create_block_mask(MASK_MODS["causal"], 1, 1, L, L, device="cpu", BLOCK_SIZE=8)
+    docs = create_block_mask(lambda b, h, q, kv: (ids[q] == ids[kv]) & (q >= kv), 1, 1, L, L, device="cpu",
+                             BLOCK_SIZE=8)
+
+    def scaled(q, k, v):
+        return flex_attention(q, k, v, score_mod=lambda s, b, h, qi, kv: s * scale[h], block_mask=causal)
+
+    def packed(q, k, v):
+        return flex_attention(q, k, v, block_mask=docs)
+    backend = te_compile.backend(inner="aot_eager", target="reference")
+    q, k, v = (a.detach() for a in _inputs())
+    for fn in (scaled, packed):
+        assert [d.runs_on for d in te_compile.explain(fn, q, k, v, target="reference").decisions] == ["reference"]
+    scaled_c, packed_c = (torch.compile(fn, backend=backend, fullgraph=True) for fn in (scaled, packed))
+    for fn, c in ((scaled, scaled_c), (packed, packed_c)):
+        torch.testing.assert_close(c(q, k, v), fn(q, k, v))  # compiled; the BlockMask checked
+    before = blockmask.verified.checks
+    for _ in range(3):
+        scale.mul_(1.01)  # a score_mod input changed in place: no new check
+        torch.testing.assert_close(scaled_c(q, k, v), scaled(q, k, v))
+    assert blockmask.verified.checks == before
+    ids[-1] = 0  # the mask_mod's ids changed: checked again (the BlockMask no longer matches them: refused)
+    with pytest.raises(RuntimeError, match="not built by create_block_mask"):
+        packed_c(q, k, v)
+    assert blockmask.verified.checks == before + 1
+
+
 def test_the_block_mask_check_takes_query_rows_a_few_blocks_at_a_time(monkeypatch):
     """The check evaluates mask_mod in chunks of whole query blocks (bounded memory at long lengths): the blocks it
     derives are the ones of the whole mask at once, for a mask_mod that reads captured document ids per batch row,

@@ -15,6 +15,7 @@ re-using one BlockMask costs a dictionary lookup per call.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 from typing import Optional, Sequence
@@ -227,6 +228,16 @@ class _CallCheck:
         return True
 
 
+@functools.lru_cache(maxsize=1024)
+def key_indices(spec, n_extra: int) -> tuple[int, ...]:
+    """Which of the op's ``extra`` tensors (the ``(in i)`` inputs, then the BlockMask's) decide the check's answer:
+    the BlockMask's and the inputs its mask_mod reads. A score_mod's inputs do not: a graph may hand the op a fresh
+    copy of one every call, or an optimizer may update it in place, and neither changes the blocks."""
+    mask = spec.mask_expr()
+    used = sorted(ir.refs_used(mask)) if mask is not None else []
+    return tuple(range(spec.n_inputs, n_extra)) + tuple(used)
+
+
 def begin_call(spec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Tensor]):
     """``check_call`` in two halves: the check's device work is queued now, without waiting for it; the result's
     ``finish()`` waits for the answer alone and raises or returns as ``check_call`` does. An op that queues its
@@ -245,7 +256,8 @@ def begin_call(spec, q: Tensor, k: Tensor, inputs: list[Tensor], block: list[Ten
     kv_num, kv_idx = block[0], block[1]
     full_num, full_idx = (block[2], block[3]) if spec.block_full else (None, None)
     B, H, L, S = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    extra = inputs + block
     return _CallCheck(verified.begin(
-        block + inputs, (B, H, L, S, spec.mask_mod, qb, kb, spec.block_full),
+        [extra[i] for i in key_indices(spec, len(extra))], (B, H, L, S, spec.mask_mod, qb, kb, spec.block_full),
         lambda: mismatch(mask, inputs, B, H, L, S, qb, kb, kv_num, kv_idx, full_num, full_idx, q.device,
                          defer=True)))

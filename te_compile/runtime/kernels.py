@@ -332,7 +332,8 @@ def _begin_block(s: AttentionSpec, q: Tensor, k: Tensor, extra: list[Tensor]):
 
 def _finish_block(check, q: Tensor, k: Tensor, extra: list[Tensor], key: str) -> None:
     if check.finish() and native.active():
-        native.block_checked(q, k, extra, key)
+        spec = AttentionSpec.from_key(key)
+        native.block_checked(q, k, [extra[i] for i in blockmask.key_indices(spec, len(extra))], key)
 
 
 def _offer_native(entry: _Entry, direction: str, args: tuple) -> None:
@@ -346,7 +347,9 @@ def _offer_native(entry: _Entry, direction: str, args: tuple) -> None:
     elif isinstance(info, str):
         native.decline(direction, info)
     else:
-        native.register(direction, args, dict(info, block=bool(entry.spec.block_q), n_inputs=entry.spec.n_inputs))
+        extra = args[4] if direction == "forward" else args[7]
+        block = list(blockmask.key_indices(entry.spec, len(extra))) if entry.spec.block_q else []
+        native.register(direction, args, dict(info, block=block, n_inputs=entry.spec.n_inputs))
         # a runner whose launches hold for one set of (in i) inputs (a document mask's ids) registers again when
         # Python serves a call with others (C++ hands such calls to Python)
         entry.native_pending = bool(info.get("again"))

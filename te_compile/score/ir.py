@@ -390,6 +390,16 @@ def buffers_used(e: Expr) -> set[int]:
     return out
 
 
+def refs_used(e: Expr) -> set[int]:
+    """Indices i of the tensors ``e`` reads, as ``(in i)`` or ``(buf i)`` (both index the op's inputs)."""
+    if e.op in ("in", "buf"):
+        return {int(e.value)}
+    out: set[int] = set()
+    for a in e.args:
+        out |= refs_used(a)
+    return out
+
+
 def split_additive(e: Expr, in_f: Optional[Callable[[Expr], bool]] = None) -> tuple[Optional[Expr], Optional[Expr]]:
     """Write ``e`` as ``f + g`` where g collects the additive terms that do not read ``score``
     (and, with ``in_f``, only those of them for which ``in_f(term)`` is false: the rest stay in f).

@@ -78,7 +78,7 @@ std::vector<Tensor> run_interval(Runner const &r, std::vector<Tensor> operands, 
 std::tuple<Tensor, Tensor> fwd_cuda(Tensor const &q, Tensor const &k, Tensor const &v, OptTensor const &bias,
                                     at::TensorList extra, c10::string_view spec) {
     auto r = find(g_fwd, fwd_key(q, k, v, bias, extra, spec));
-    if (!r || r->failed || (r->block && !block_known(spec, q, k, extra)))
+    if (!r || r->failed || (!r->block.empty() && !block_known(spec, q, k, extra, r->block)))
         return python_forward(q, k, v, bias, extra, spec);
     c10::cuda::CUDAGuard guard(q.device());
     if (r->launches) {

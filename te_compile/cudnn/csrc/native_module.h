@@ -191,7 +191,7 @@ void register_forward(Tensor const &q, Tensor const &k, Tensor const &v, OptTens
                       std::vector<py::bytes> const &payloads, std::vector<int64_t> const &offsets, int64_t fe_workspace,
                       int64_t n_inputs, std::vector<double> const &consts, std::vector<int64_t> out_shape,
                       std::vector<int64_t> out_stride, std::vector<int64_t> bias_shape, bool bias_copy, OptTensor rows,
-                      bool bias_rows, bool block) {
+                      bool bias_rows, std::vector<int64_t> block) {
     auto r = load_runner(plan_json, q.device().index(), uids, kinds, payloads, offsets, fe_workspace, n_inputs, consts);
     r->owner = owner;
     r->out_shape = std::move(out_shape);
@@ -201,7 +201,7 @@ void register_forward(Tensor const &q, Tensor const &k, Tensor const &v, OptTens
     r->bias_copy = bias_copy;
     if (rows) r->rows = *rows;
     r->bias_rows = bias_rows;
-    r->block = block;
+    r->block = std::move(block);
     remember(g_fwd, fwd_key(q, k, v, bias, extra, spec), std::move(r));
 }
 
@@ -284,7 +284,7 @@ std::shared_ptr<Runner> interval_runner(std::shared_ptr<te_interval::Launches> l
 bool register_interval_forward(Tensor const &q, Tensor const &k, Tensor const &v, OptTensor const &bias,
                                std::vector<Tensor> const &extra, std::string const &spec, py::tuple form,
                                std::vector<int64_t> out_stride, OptTensor rows, std::vector<Tensor> const &data,
-                               int64_t n_inputs, bool block) {
+                               int64_t n_inputs, std::vector<int64_t> block) {
     if (g_interval_off) return false;
     TORCH_CHECK(form.size() == 11, "an interval launch form has 11 parts");
     auto l = load_launches(form[0].cast<std::vector<int64_t>>(), form[1].cast<std::vector<std::vector<int64_t>>>(),
@@ -295,7 +295,7 @@ bool register_interval_forward(Tensor const &q, Tensor const &k, Tensor const &v
     TORCH_CHECK(l->n_operands == 3 && l->outputs.size() == 2, "a forward takes q, k, v and gives out, lse");
     auto r = interval_runner(std::move(l), data, n_inputs, rows);
     r->out_stride = std::move(out_stride);
-    r->block = block;
+    r->block = std::move(block);
     remember(g_fwd, fwd_key(q, k, v, bias, extra, spec), std::move(r));
     return true;
 }

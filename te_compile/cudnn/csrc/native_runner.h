@@ -34,7 +34,9 @@ struct Runner {
     std::vector<int64_t> out_shape, out_stride, lse_shape;
     Tensor rows;             // [1, 1, L] bool: rows the mask empties (undefined: none)
     bool bias_rows = false;  // look for rows the bias masks entirely, per call
-    bool block = false;      // the call carries a BlockMask, which must be one Python checked
+    // the call carries a BlockMask, which must be one Python checked: which of the call's extra tensors decide the
+    // check (the BlockMask's and the inputs its mask_mod reads; te_compile.runtime.blockmask.key_indices); empty: none
+    std::vector<int64_t> block;
     std::vector<int64_t> bias_shape;  // the bias as the plan reads it, [1|B, 1|H, L, S]
     bool bias_copy = false;           // copied into a padded buffer each call (cuDNN cannot read it in place)
     // backward
@@ -92,8 +94,15 @@ Key block_key(c10::string_view spec, Tensor const &q, Tensor const &k, at::Tenso
     return key;
 }
 
-bool block_known(c10::string_view spec, Tensor const &q, Tensor const &k, at::TensorList extra) {
-    Key key = block_key(spec, q, k, extra);
+bool block_known(c10::string_view spec, Tensor const &q, Tensor const &k, at::TensorList extra,
+                 std::vector<int64_t> const &which) {
+    std::vector<Tensor> decide;
+    decide.reserve(which.size());
+    for (int64_t i : which) {
+        if (i < 0 || i >= static_cast<int64_t>(extra.size())) return false;
+        decide.push_back(extra[i]);
+    }
+    Key key = block_key(spec, q, k, decide);
     std::shared_lock<std::shared_mutex> lock(g_mutex);
     return g_blocks.count(key) > 0;
 }
