@@ -1073,7 +1073,7 @@ def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
 #: the default policy against the better of serve="always" and plain torch.compile, per shape (JSON files of one
 #: shape: one process each, in the order they ran); 2x16x4096x128 is the README headline's run (the same command with
 #: --flash, after te_compile.runtime.direct landed)
-DEFAULT_SWEEPS = ((HEADLINE,),) + tuple(tuple(f"docs/data/sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in shape)
+DEFAULT_SWEEPS = (("docs/data/sweep-flex-default-h200-919-2026-11-29-2x16x4096x128.json",),) + tuple(tuple(f"docs/data/sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in shape)
                                         for shape in (("1x32x4096x128x8",), ("8x16x1024x64",),
                                                       ("1x16x16384x128-part1", "1x16x16384x128-part2")))
 #: Hugging Face models at 1x8192 under the default policy, in the order they ran (a later file's model replaces an
@@ -1103,8 +1103,11 @@ def render_default_policy(link_prefix: str) -> str:
     links = ", ".join(f"[{_dims(rows[0]['shape'], True)}]({link_prefix}{os.path.basename(paths[0])})"
                       + "".join(f" [(2)]({link_prefix}{os.path.basename(p)})" for p in paths[1:])
                       for paths, rows in shapes)
+    dates = {_json(paths[0])["date"]: None for paths, _ in shapes}
+    when = d0["date"] if len(dates) == 1 else ", ".join(
+        f"{_dims(rows[0]['shape'], True)} {_json(paths[0])['date']}" for paths, rows in shapes)
     out += [f"`bench/sweep.py --part flex --shape B,H,L,D[,Hkv] --always --control`, training steps, "
-            f"**{_gpu(d0)}, torch {d0['torch']}, cuDNN {_ver(d0['cudnn'])}, native call path, {d0['date']}**. A cell: the "
+            f"**{_gpu(d0)}, torch {d0['torch']}, cuDNN {_ver(d0['cudnn'])}, native call path; {when}**. A cell: the "
             "default policy's decision, its step time over the better of `serve=\"always\"` and plain torch.compile "
             "(< 1: slower than the better one), and plain torch.compile against itself (A/A, the noise floor). "
             f"Data: {links}.", "",

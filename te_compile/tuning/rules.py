@@ -44,7 +44,7 @@ _NATIVE = ("sweep-flex-train-h200-919-2026-11-28.json", "sweep-flex-train-h100-9
 _DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x32x4096x128x8", "8x16x1024x64", "1x16x16384x128-part1", "1x16x16384x128-part2"))
 _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8192-h200-927-2026-11-27-mistral.json", "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
 _FLEX = _SHORT + _NATIVE + _DEFAULT
-_MASKS = ("masks-native-h200-919-2026-11-28-2x16x4096x128.json", "masks-replay-h200-919-2026-11-28-1x8x32768x128.json")
+_MASKS = tuple(f"masks-default-h200-919-2026-11-29-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))
 _MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS, ("flex document4", "flex document16"))
 _DECODE = "decode-h200-919-2026-11-29.json"
 _MASKS_PY = (tuple(f"masks-replay-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128")), ("flex document4", "flex document16"))  # the interval kernels launched from Python
@@ -82,9 +82,9 @@ RULES: dict[str, Rule] = {
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
                               "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)",
                               ((_FLEX, ("flex prefix-LM",)),), short="the prefix-LM split"),
-    "flex intervals": Rule(4096, None, "cuDNN's interval kernels (prefix-LM, sink + local): steps 1.07-1.60x at 4096 tokens, 1.43-1.54x at 32768; forward-only 1.77-1.90x at 4096", (_MASKS_STATIC,),
+    "flex intervals": Rule(4096, None, "cuDNN's interval kernels (prefix-LM, sink + local): steps 1.54-1.57x at 4096 tokens, 1.42-1.54x at 32768; forward-only 1.68-1.85x", (_MASKS_STATIC,),
         short="a mask of key intervals"),
-    "flex intervals, document ids": Rule(4096, None, "document ids on cuDNN's interval kernels: steps 1.05-1.57x at 4096 tokens (kernels 1.51-1.69x), 1.63-1.65x at 32768", (_MASKS_DOCS,),
+    "flex intervals, document ids": Rule(4096, None, "document ids on cuDNN's interval kernels: steps 1.51-1.70x at 4096 tokens, 1.53-1.67x at 32768; forward-only 1.71-1.91x", (_MASKS_DOCS,),
         short="document ids on the interval kernels"),
     "flex intervals, document ids, from Python": Rule(32768, None, "document ids on cuDNN's interval kernels launched from Python (no native call path): steps 1.63-1.65x at 32768 tokens; 0.60-0.64x at 4096 (host-bound)", (_MASKS_PY,),
         short="document ids, interval kernels from Python"),
