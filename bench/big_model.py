@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import functools
-import json
 import os
 import statistics
 import sys
@@ -29,6 +28,7 @@ import types
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record  # noqa: E402
 from compile_time import _llama  # noqa: E402
 
 
@@ -138,24 +138,8 @@ def bench(attn: str, B: int, L: int, layers: int, hidden: int, D: int, ffn: int,
     return row
 
 
-def _command() -> str:
-    args, out, i = sys.argv[1:], ["bench/big_model.py"], 0
-    while i < len(args):
-        if args[i] == "--json":
-            i += 2
-            continue
-        if not args[i].startswith("--json="):
-            out.append(args[i])
-        i += 1
-    return " ".join(out)
-
-
 def save(path: str, head: dict, rows: list) -> None:
-    if not path:
-        return
-    with open(path + ".tmp", "w") as f:
-        json.dump({**head, "rows": rows}, f, indent=1)
-    os.replace(path + ".tmp", path)
+    record.write(path, {**head, "rows": rows})
 
 
 def main() -> int:
@@ -178,7 +162,7 @@ def main() -> int:
         a.iters, a.rounds = 2, 1
     mode = a.mode or None
     head = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__,
-            "date": datetime.date.today().isoformat(), "command": _command()}
+            "date": datetime.date.today().isoformat(), "command": record.command("bench/big_model.py")}
     try:
         from te_compile.cudnn.versions import running
         head["cudnn"] = running()

@@ -33,6 +33,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record  # noqa: E402
+
 CASES = ("sdpa", "flex", "llama", "llama-flex", "hf-llama")
 GPU_COLUMNS = ("torch.compile", "te_compile", "always")
 CPU_COLUMNS = ("torch.compile", "te_compile", "reference")
@@ -258,18 +261,6 @@ def _run_child(spec: dict, native_dir: str, timeout: int) -> dict:
     return {"error": " | ".join(tail)[:400], "process_s": wall}
 
 
-def _command() -> str:
-    args, out, i = sys.argv[1:], ["bench/compile_time.py"], 0
-    while i < len(args):
-        if args[i] == "--json":
-            i += 2
-            continue
-        if not args[i].startswith("--json="):
-            out.append(args[i])
-        i += 1
-    return " ".join(out)
-
-
 def _device_info(device: str) -> dict:
     import torch
     info = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__}
@@ -282,11 +273,7 @@ def _device_info(device: str) -> dict:
 
 
 def save(path: str, head: dict, rows: list) -> None:
-    if not path:
-        return
-    with open(path + ".tmp", "w") as f:
-        json.dump({**head, "rows": rows, "summary": summarize(rows)}, f, indent=1)
-    os.replace(path + ".tmp", path)
+    record.write(path, {**head, "rows": rows, "summary": summarize(rows)})
 
 
 def summarize(rows: list) -> list:
@@ -352,7 +339,7 @@ def main() -> int:
         except ImportError:
             print("hf-llama: transformers does not import; left out", flush=True)
             cases.remove("hf-llama")
-    head = {**_device_info(device), "date": datetime.date.today().isoformat(), "command": _command()}
+    head = {**_device_info(device), "date": datetime.date.today().isoformat(), "command": record.command("bench/compile_time.py")}
     rows: list = []
     with tempfile.TemporaryDirectory(prefix="te-compile-native-") as native_dir:
         if device == "cuda":  # the native call path's build, once, apart from the measured compiles

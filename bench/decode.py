@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -37,6 +36,9 @@ import types
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record  # noqa: E402
 
 VARIANTS = ("sdpa", "sdpa causal", "flex", "flex causal")
 
@@ -223,24 +225,8 @@ def _fresh_method(model):
     return types.MethodType(_fresh(type(model).forward), model)
 
 
-def _command() -> str:
-    args, out, i = sys.argv[1:], ["bench/decode.py"], 0
-    while i < len(args):
-        if args[i] == "--json":
-            i += 2
-            continue
-        if not args[i].startswith("--json="):
-            out.append(args[i])
-        i += 1
-    return " ".join(out)
-
-
 def save(path: str, head: dict, rows: list) -> None:
-    if not path:
-        return
-    with open(path + ".tmp", "w") as f:
-        json.dump({**head, "rows": rows}, f, indent=1)
-    os.replace(path + ".tmp", path)
+    record.write(path, {**head, "rows": rows})
 
 
 def main() -> int:
@@ -269,7 +255,7 @@ def main() -> int:
         a.iters, a.rounds = 5, 1
     mode = a.mode or None
     head = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "torch": torch.__version__,
-            "date": datetime.date.today().isoformat(), "command": _command()}
+            "date": datetime.date.today().isoformat(), "command": record.command("bench/decode.py")}
     try:
         from te_compile.cudnn.versions import running
         head["cudnn"] = running()

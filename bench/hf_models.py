@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import os
 import statistics
@@ -20,6 +19,9 @@ import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record  # noqa: E402
 
 
 MODELS = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "gpt2", "bert", "bart")
@@ -259,29 +261,13 @@ def main() -> int:
     return 0
 
 
-def _command() -> str:
-    """This run's command line without its --json destination (the JSON records how it was made, not where)."""
-    args, out = sys.argv[1:], ["bench/hf_models.py"]
-    i = 0
-    while i < len(args):
-        if args[i] == "--json":
-            i += 2
-            continue
-        if not args[i].startswith("--json="):
-            out.append(args[i])
-        i += 1
-    return " ".join(out)
-
-
 def save(path: str, rows: list) -> None:
     if not path:
         return
     from te_compile.cudnn.versions import running
-    with open(path + ".tmp", "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": running(),
-                   "date": datetime.date.today().isoformat(),
-                   "command": _command(), "rows": rows}, f, indent=1)
-    os.replace(path + ".tmp", path)
+    record.write(path, {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn": running(),
+                        "date": datetime.date.today().isoformat(), "command": record.command("bench/hf_models.py"),
+                        "rows": rows})
 
 
 if __name__ == "__main__":

@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
+import sys
 import time
 from typing import Callable
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record  # noqa: E402
 
 
 def host_us(calls: dict, iters: int, repeats: int, setup: Callable = lambda name: None,
@@ -233,9 +236,9 @@ def save(path: str, rows: list, iters: int, repeats: int) -> None:
     from te_compile.cudnn.versions import running
     meta = {"device": torch.cuda.get_device_name(), "host": f"{_cpu()}, {os.cpu_count()} cores",
             "torch": torch.__version__, "cudnn": running(), "native": native.status(),
-            "date": datetime.date.today().isoformat(), "iters": iters, "repeats": repeats}
-    with open(path, "w") as f:
-        json.dump({**meta, "rows": rows}, f, indent=1)
+            "date": datetime.date.today().isoformat(), "iters": iters, "repeats": repeats,
+            "command": record.command("bench/host_time.py")}
+    record.write(path, {**meta, "rows": rows})
 
 
 if __name__ == "__main__":

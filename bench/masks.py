@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -33,6 +33,9 @@ import types
 from typing import Callable, Optional
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record  # noqa: E402
 
 W, P, SINK = 1024, 512, 4
 
@@ -229,11 +232,9 @@ def main() -> int:
                 row[p]["fwd_vs_inductor"] = ind["fwd_ms"] / row[p]["fwd_ms"]
                 row[p]["loop_vs_inductor"] = ind["loop_ms"] / row[p]["loop_ms"]
         rows.append(row)
-        if a.json:  # after every row: a run cut short keeps what it measured
-            with open(a.json, "w") as fh:
-                json.dump({"date": datetime.date.today().isoformat(), "command": " ".join(sys.argv),
-                           "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                           "cudnn": torch.backends.cudnn.version(), "rows": rows}, fh, indent=1)
+        record.write(a.json, {"date": datetime.date.today().isoformat(), "command": record.command("bench/masks.py"),
+                              "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                              "cudnn": torch.backends.cudnn.version(), "rows": rows})  # after every row
         print(f"{name:12s} served {row.get('served')} " + "  ".join(
             f"{p} {row[p]['fwd_ms']:.3f}/{row[p]['step_ms']:.3f} ms ({row[p]['step_vs_inductor']:.2f}x"
             f", loop {row[p]['loop_ms']:.3f} {row[p]['loop_vs_inductor']:.2f}x"

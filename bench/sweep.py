@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
 import os
 import statistics
+import sys
 import time
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import record  # noqa: E402
 
 
 #: torch.compile's mode for every implementation (--mode)
@@ -401,10 +404,9 @@ def save(path: str, rows: list) -> None:
         return
     from te_compile.cudnn.versions import running
     arch = "sm{}{}".format(*torch.cuda.get_device_capability())
-    with open(path + ".tmp", "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__, "cudnn": running(),
-                   "infer": INFER, "mode": MODE, "date": datetime.date.today().isoformat(), "rows": rows}, f, indent=1)
-    os.replace(path + ".tmp", path)
+    record.write(path, {"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__,
+                        "cudnn": running(), "infer": INFER, "mode": MODE, "date": datetime.date.today().isoformat(),
+                        "command": record.command("bench/sweep.py"), "rows": rows})
 
 
 if __name__ == "__main__":
