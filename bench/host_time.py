@@ -9,8 +9,9 @@ In one process, per shape:
   (``_scaled_dot_product_cudnn_attention`` and its backward), for no mask and causal;
 * compiled flex calls, forward (no grad) and training (forward and backward): te_compile (serve="always"; with and
   without replays; and the same graph handed to Inductor, ``TE_COMPILE_DIRECT=0``, where te_compile calls a
-  graph of only its ops directly) against plain torch.compile (Inductor), for no mask, causal, a sliding window
-  and softcap; Inductor's call is measured twice, as two rows (A/A: the measurement's own noise).
+  graph of only its ops directly), and te_compile with its site kept (serve="fastest" with every class kept: what a
+  kept site costs), against plain torch.compile (Inductor), for no mask, causal, a sliding window and softcap;
+  Inductor's call is measured twice, as two rows (A/A: the measurement's own noise).
 
 Host µs per call: a loop of --iters calls without a sync, timed on the host. The calls compared in one group
 (the op calls of one shape and mask; te_compile's and Inductor's compiled call of one variant) take turns, one
@@ -22,6 +23,7 @@ printed and written, the ones te_compile loses included.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
@@ -149,7 +151,9 @@ def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log, tra
     """Compiled flex calls: forward only (no grad), or with ``train`` a forward and a backward
     (``torch.autograd.grad``, so no gradient accumulates) per call."""
     import te_compile
+    from te_compile import tuning
     from te_compile.cudnn import native
+    from te_compile.tuning import rules
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -171,7 +175,7 @@ def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log, tra
         te = te_compile.backend(serve="always")
         torch._dynamo.reset()
         for impl, backend in (("te_compile", te), ("te_compile, through Inductor", _through_inductor(te)),
-                              ("Inductor", "inductor")):
+                              ("te_compile, site kept", te_compile.backend(serve="fastest")), ("Inductor", "inductor")):
             compiled = torch.compile(fn, backend=backend, dynamic=False)  # one cache entry per backend
             if train:
                 def call(compiled=compiled):
@@ -179,7 +183,10 @@ def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log, tra
             else:
                 def call(compiled=compiled):
                     return compiled(q, k, v)
-            with torch.set_grad_enabled(train):
+            # "site kept": the speed decision keeps every class, so the graph is torch.compile's own (what a kept
+            # site must cost: Inductor's call, within the A/A row)
+            kept = tuning.forcing({c: False for c in rules.RULES}) if impl.endswith("kept") else contextlib.nullcontext()
+            with torch.set_grad_enabled(train), kept:
                 call()
             calls[f"compiled flex {kind} ({impl})"] = call
             if impl == "te_compile":  # the same compiled call with the native path's replays off

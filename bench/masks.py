@@ -146,6 +146,11 @@ def main() -> int:
     a = ap.parse_args()
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+    why = record.interval_kernels()
+    if why != "available":
+        print(f"note: cuDNN's interval kernels cannot run here ({why}): the interval masks take the graph path or "
+              "stay with Inductor in every te_compile column", flush=True)
+
     dims = [int(x) for x in a.shape.split(",")]
     B, H, L, D = dims[:4]
     Hkv = dims[4] if len(dims) > 4 else H

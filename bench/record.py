@@ -22,10 +22,24 @@ def command(script: str) -> str:
     return " ".join(out)
 
 
+def interval_kernels() -> str:
+    """"available", or why cuDNN's interval kernels (``cudnn.flex_attention``: documents, prefix-LM, sink + local from
+    4096 tokens) cannot run here: without them such sites take the graph path or stay with Inductor, so a run's
+    numbers for them say nothing about the interval kernels."""
+    try:
+        from te_compile.cudnn.flexkernel import frontend_reason
+        why = frontend_reason()
+    except Exception as e:  # noqa: BLE001 - any failure means: not available
+        why = f"{type(e).__name__}: {e}"
+    return why or "available"
+
+
 def write(path: str, data: dict) -> None:
-    """``data`` as indented JSON at ``path`` (nothing when ``path`` is empty), replacing the file in one step."""
+    """``data`` as indented JSON at ``path`` (nothing when ``path`` is empty), replacing the file in one step; the
+    JSON records whether cuDNN's interval kernels could run (``interval_kernels``)."""
     if not path:
         return
+    data = {**data, "interval_kernels": data.get("interval_kernels") or interval_kernels()}
     with open(path + ".tmp", "w") as f:
         json.dump(data, f, indent=1)
     os.replace(path + ".tmp", path)

@@ -139,6 +139,21 @@ def sdpa_variants():
     return {"sdpa none": none, "sdpa causal": causal}
 
 
+#: the flex variants, as --cases names them (a "flex " prefix may be left out)
+FLEX_CASES = ("flex none", "flex causal", "flex sliding <=", "flex sliding <", "flex softcap", "flex softcap + causal",
+              "flex ALiBi", "flex ALiBi + causal", "flex prefix-LM", "flex document")
+
+
+def cases_wanted(arg: str) -> list[str]:
+    """The flex variants ``--cases`` names (every one when empty); ValueError names an unknown one."""
+    wanted = ["flex " + c.strip().removeprefix("flex ") for c in arg.split(",") if c.strip()]
+    unknown = [c for c in wanted if c not in FLEX_CASES]
+    if unknown:
+        raise ValueError(f"unknown {', '.join(unknown)}; the variants are "
+                         + ", ".join(c.removeprefix("flex ") for c in FLEX_CASES))
+    return wanted
+
+
 def flex_variants(H: int, L: int, kernel_options: dict | None = None, gqa: bool = False):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -162,13 +177,15 @@ def flex_variants(H: int, L: int, kernel_options: dict | None = None, gqa: bool 
             return lambda q, k, v: flex_attention(q, k, v, score_mod=score_mod, block_mask=bm,
                                                   kernel_options=kernel_options, **extra)
         return lambda q, k, v: flex_attention(q, k, v, score_mod=score_mod, block_mask=bm, **extra)
-    return {
+    variants = {
         "flex none": mk(None, None), "flex causal": mk(None, "causal"),
         "flex sliding <=": mk(None, "sliding <="), "flex sliding <": mk(None, "sliding <"),
         "flex softcap": mk(softcap, None), "flex softcap + causal": mk(softcap, "causal"),
         "flex ALiBi": mk(alibi, None), "flex ALiBi + causal": mk(alibi, "causal"),
         "flex prefix-LM": mk(None, "prefix-LM"), "flex document": mk(None, "document"),
     }
+    assert tuple(variants) == FLEX_CASES
+    return variants
 
 
 def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: int = 3,
@@ -318,7 +335,7 @@ def main() -> int:
                    help="B,H,L,D[,Hkv] for --part flex (Hkv < H: grouped-query attention, enable_gqa=True)")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--json", default="")
-    p.add_argument("--cases", default="", help="--part flex: only these variants (comma-separated names)")
+    p.add_argument("--cases", default="", help="--part flex: only these variants (comma-separated, e.g. \"prefix-LM,document\")")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--flash", action="store_true", help="--part flex: add FlexAttention's FLASH backend (FA4) column")
     p.add_argument("--mode", default=None, help="torch.compile mode for every implementation (e.g. reduce-overhead)")
@@ -331,6 +348,10 @@ def main() -> int:
     p.add_argument("--always", action="store_true",
                    help="add a te_compile column with serve='always': the oracle is the faster of it and torch.compile")
     a = p.parse_args()
+    try:
+        wanted = cases_wanted(a.cases)
+    except ValueError as e:
+        p.error(f"--cases: {e}")
     global MODE, INFER, TUNE
     MODE, INFER, TUNE = a.mode, a.infer, a.tune
     import torch._inductor.config as ic
@@ -363,9 +384,13 @@ def main() -> int:
         Hkv = kv[0] if kv else H
         args = _qkv(B, H, L, D, Hkv)
         flash = flex_variants(H, L, {"BACKEND": "FLASH"}, Hkv != H) if a.flash else {}
-        wanted = [c.strip() for c in a.cases.split(",") if c.strip()]
-        for name, fn in flex_variants(H, L, gqa=Hkv != H).items():
-            if wanted and name.removeprefix("flex ") not in wanted:
+        variants = flex_variants(H, L, gqa=Hkv != H)
+        why = record.interval_kernels()
+        if why != "available":
+            log(f"note: cuDNN's interval kernels cannot run here ({why}): prefix-LM and document masks take the "
+                "graph path or stay with Inductor in every column")
+        for name, fn in variants.items():
+            if wanted and name not in wanted:
                 continue
             others = {"FLASH": flash[name]} if name in flash else {}
             others.update(_extra(a, fn))

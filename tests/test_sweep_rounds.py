@@ -43,3 +43,22 @@ def test_native_calls_are_counted_per_column_between_snapshots():
     count(calls, "te_compile", snap(40, 30, 2, 1), snap(70, 58, 3, 2))
     count(calls, "torch.compile", {}, {})  # the native path is off: nothing to count
     assert calls == {"te_compile": {"calls": 60, "replays": 54, "captures": 1, "to_python": 1}}
+
+
+def test_cases_are_named_with_or_without_the_flex_prefix_and_an_unknown_one_is_refused():
+    sweep = _sweep()
+    assert sweep.cases_wanted("prefix-LM, flex document") == ["flex prefix-LM", "flex document"]
+    assert sweep.cases_wanted("") == []
+    with pytest.raises(ValueError, match="unknown flex prefix;.* prefix-LM, document"):
+        sweep.cases_wanted("prefix,document")
+
+
+def test_a_benchmark_json_records_whether_the_interval_kernels_could_run(tmp_path):
+    import json
+    import sys
+    sys.path.insert(0, os.path.join(HERE, "..", "bench"))
+    import record
+    from te_compile.cudnn.flexkernel import frontend_reason
+    record.write(str(tmp_path / "r.json"), {"rows": []})
+    got = json.loads((tmp_path / "r.json").read_text())["interval_kernels"]
+    assert got == (frontend_reason() or "available") and got  # on the CPU suite's machine: the frontend's reason
