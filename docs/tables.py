@@ -186,6 +186,7 @@ COMPILED_ROWS = (("compiled flex {kind} (te_compile)", "te_compile"),
                  ("compiled flex {kind} (te_compile, no replays)", "te_compile, no replays"),
                  ("compiled flex {kind} (te_compile, through Inductor)",
                   "te_compile, its graph through Inductor (`TE_COMPILE_DIRECT=0`)"),
+                 ("compiled flex {kind} (te_compile, site kept)", "te_compile, its site kept (`serve=\"fastest\"`, every class kept)"),
                  ("compiled flex {kind} (Inductor)", "torch.compile (Inductor)"),
                  ("compiled flex {kind} (Inductor, A/A)", "torch.compile (Inductor), measured again (A/A)"))
 COMPILED_KINDS = (("fwd", "A compiled flex forward call (no grad; te_compile with `serve=\"always\"`)"),
@@ -1073,9 +1074,9 @@ def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
 #: the default policy against the better of serve="always" and plain torch.compile, per shape (JSON files of one
 #: shape: one process each, in the order they ran); 2x16x4096x128 is the README headline's run (the same command with
 #: --flash, after te_compile.runtime.direct landed)
-DEFAULT_SWEEPS = (("docs/data/sweep-flex-default-h200-919-2026-11-29-2x16x4096x128.json",),) + tuple(tuple(f"docs/data/sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in shape)
-                                        for shape in (("1x32x4096x128x8",), ("8x16x1024x64",),
-                                                      ("1x16x16384x128-part1", "1x16x16384x128-part2")))
+DEFAULT_SWEEPS = tuple(tuple(f"docs/data/sweep-flex-default-h200-919-{s}.json" for s in shape) for shape in (
+    ("2026-11-29-2x16x4096x128",), ("2026-11-28-1x32x4096x128x8",), ("2026-11-28-1x16x16384x128-part1", "2026-11-28-1x16x16384x128-part2"),
+    ("2026-11-29-8x16x1024x64",), ("2026-11-29-1x8x512x64",), ("2026-11-29-1x1x256x64",)))
 #: Hugging Face models at 1x8192 under the default policy, in the order they ran (a later file's model replaces an
 #: earlier row of it)
 HF_DEFAULT = ("docs/data/hf-default-1x8192-h200-919-2026-11-28.json",
@@ -1239,7 +1240,8 @@ TABLES = {NAME: (render_headline, TARGETS), README_NAME: (render_readme, {"READM
           "summary": (render_summary, BENCHMARKS), "flex-tuned": (render_flex_tuned, {"docs/history.md": "data/"}),
           "flex-shapes": (render_flex_shapes, BENCHMARKS),
           "flex-per-call": (render_flex_per_call, {"docs/history.md": "data/"}), "sdpa": (render_sdpa_and_bias, BENCHMARKS),
-          "hf-flash": (render_hf_models, BENCHMARKS), "hf-4096": (render_hf_4096, BENCHMARKS),
+          "hf-flash": (render_hf_models, {"docs/history.md": "data/"}),
+          "hf-4096": (render_hf_4096, {"docs/history.md": "data/"}),
           "cudnn-versions": (render_cudnn_versions, BENCHMARKS),
           "native-sweeps": (render_native_sweeps, BENCHMARKS),
           "default-policy": (render_default_policy, BENCHMARKS), "hf-default": (render_hf_default, BENCHMARKS),

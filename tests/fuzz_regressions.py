@@ -20,11 +20,11 @@ def _table(name: str, shape: tuple, make: str = "randn", dtype: str = "float32",
 
 #: the CUDA cases te_compile keeps, each with the category of its reason; every other CUDA case is served on cuDNN
 #: (every site). tests/test_fuzz_classes.py checks these against the compile-time decisions on any machine
-#: (``explain(..., for_device="cuda")``), tests/test_cuda_fuzz_classes.py against the GPU's
+#: (``explain(..., for_device="cuda")``: a GPU with the frontend's CuTe DSL), tests/test_cuda_fuzz_classes.py against
+#: the GPU's
 CUDA_KEPT = {
     "autocast_sdpa": "not-on-cudnn",  # fp32 inputs under autocast: the compile-time check sees float32
     "kv_batch_1": "not-on-cudnn",
-    "lengths_per_batch": "sparse-mask",
     "nan_score_under_gathering_mask": "not-exact",
     "pow_half_after_remainder_of_clamp": "not-exact",
     "q_index_term_ragged": "not-exact",
@@ -33,6 +33,9 @@ CUDA_KEPT = {
     "super_exponential_score": "not-exact",
     "threshold_per_batch": "not-on-cudnn",
 }
+#: ... and those kept where cuDNN's interval kernels cannot run (no CuTe DSL): served on them otherwise (a padding
+#: length is a key interval), kept on the graph path
+KEPT_WITHOUT_INTERVAL_KERNELS = {"lengths_per_batch": "sparse-mask"}
 
 
 def cases(cuda: bool) -> dict[str, Case]:

@@ -14,14 +14,12 @@ import te_compile
 from te_compile.reasons import category
 from tools import fuzz
 
-from fuzz_regressions import CUDA_KEPT, cases
+from fuzz_regressions import CUDA_KEPT, KEPT_WITHOUT_INTERVAL_KERNELS, cases
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU with cuDNN")]
 
 CASES = cases(cuda=True)
-#: kept on the graph path, served where cuDNN's interval kernels run (a padding length is a key interval)
-ON_INTERVAL_KERNELS = {"lengths_per_batch"}
 
 
 def _interval_kernels() -> bool:
@@ -33,7 +31,7 @@ def _interval_kernels() -> bool:
     return flexkernel.unavailable(t, t, t) is None
 
 
-KEPT = {k: v for k, v in CUDA_KEPT.items() if not (k in ON_INTERVAL_KERNELS and _interval_kernels())}
+KEPT = {**CUDA_KEPT, **({} if _interval_kernels() else KEPT_WITHOUT_INTERVAL_KERNELS)}
 SERVED = set(CASES) - set(KEPT)
 
 

@@ -181,3 +181,45 @@ def test_decoding_is_served_without_a_mask_and_kept_with_a_blockmask_that_reads_
     torch._dynamo.reset()
     again = te_compile.explain(lambda q, k, v: flex_attention(q, k, v), q, k, v, for_device="cuda", serve="fastest")
     assert [d.runs_on for d in again.decisions] == ["kept"] and "flex decoding" in again.decisions[0].reason
+
+
+def _interval_site(name: str, L: int):
+    from torch.nn.attention.flex_attention import create_block_mask
+    docs = torch.arange(L) // (L // 4)
+    masks = {"prefix-LM": lambda b, h, q, kv: (kv < 64) | (q >= kv),
+             "documents": lambda b, h, q, kv: (docs[q] == docs[kv]) & (q >= kv)}
+    bm = create_block_mask(masks[name], 1, 1, L, L, device="cpu")
+    q = torch.randn(1, 8, L, 128, dtype=torch.bfloat16)
+    (d,) = te_compile.explain(lambda q, k, v: flex_attention(q, k, v, block_mask=bm), q, q, q, for_device="cuda",
+                              serve="fastest").decisions
+    torch._dynamo.reset()
+    return d
+
+
+@pytest.mark.parametrize("name, cls", [("prefix-LM", "flex intervals"), ("documents", "flex intervals, document ids")])
+def test_a_mask_of_key_intervals_is_decided_for_the_interval_kernels(monkeypatch, name, cls):
+    """A mask cuDNN's interval kernels take, decided for a GPU (a te_compile[cuda] install: the frontend's CuTe DSL,
+    the native call path): served there from 4096 tokens; at 1024 kept by their rule, which names them (serve="always"
+    runs it there), not by the graph path's reason. Where the kernels cannot run, the graph path's keep names why."""
+    d = _interval_site(name, 4096)
+    assert d.runs_on == "cudnn" and d.spec.intervals, d.reason
+    d = _interval_site(name, 1024)
+    assert d.runs_on == "kept" and d.reason.startswith(f"kept for speed by the rule for {cls}: 1024 tokens, "
+                                                       "served from 4096"), d.reason
+    from te_compile.cudnn import flexkernel
+    monkeypatch.setattr(flexkernel, "unavailable", lambda q, k, v: "no CuTe DSL (test)")
+    d = _interval_site(name, 4096)
+    assert d.runs_on == "kept" and d.reason.endswith("; cuDNN's interval kernels: no CuTe DSL (test)"), d.reason
+
+
+@pytest.mark.parametrize("mode, says", [(None, "served by the rule for flex native band (from 256 tokens)"),
+                                        ("reduce-overhead", "served by the rule for flex native band under CUDA "
+                                                            "graphs (from 1024 tokens)")])
+def test_a_site_served_by_a_rule_names_the_rule_with_and_without_cuda_graphs(mode, says):
+    from torch.nn.attention.flex_attention import create_block_mask
+    bm = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, 2048, 2048, device="cpu")
+    q = torch.randn(1, 8, 2048, 64, dtype=torch.bfloat16)
+    (d,) = te_compile.explain(lambda q, k, v: flex_attention(q, k, v, block_mask=bm), q, q, q, for_device="cuda",
+                              serve="fastest", mode=mode).decisions
+    torch._dynamo.reset()
+    assert d.runs_on == "cudnn" and d.note.startswith(says), d.note

@@ -158,8 +158,9 @@ def test_the_cuda_check_names_what_the_kernels_cannot_take():
     assert "float16 and bfloat16" in flexkernel.unavailable(t, t, t)
     h = torch.empty(1, 2, 8, 160, dtype=torch.bfloat16, device="meta")
     assert "head dims 160/160" in flexkernel.unavailable(h, h, h)
-    c = torch.empty(1, 2, 8, 64, dtype=torch.bfloat16)
-    assert flexkernel.unavailable(c, c, c) == "not a CUDA tensor"
+    c = torch.empty(1, 2, 8, 64, dtype=torch.bfloat16)  # decided for a GPU from a CPU (explain's for_device)
+    wide = torch.empty(1, 2, 8, 160, dtype=torch.bfloat16)
+    assert flexkernel.unavailable(c, c, c) is None and "head dims 160/160" in flexkernel.unavailable(wide, wide, wide)
 
 
 def test_plans_are_reused_only_for_the_same_unchanged_tensors(monkeypatch):

@@ -117,9 +117,9 @@ def test_a_rule_decision_reads_short_and_keeps_its_evidence():
     report = te_compile.explain(softcap, *qkv, for_device="cuda", serve="fastest")
     (row,) = report.to_dict()["sites"]
     assert row["why"] == "kept for speed: a non-linear score_mod, 128 tokens (cuDNN faster from 256)", row["why"]
-    assert row["reason"].startswith("kept for speed by the rule for flex score_mod") and "1.00-2.58x" in row["reason"]
+    assert row["reason"].startswith("kept for speed by the rule for flex score_mod") and "1.10-2.58x" in row["reason"]
     assert f"   {row['why']}" in str(report).splitlines()
-    assert "1.00-2.58x" in report.table(verbose=True) and "1.00-2.58x" not in str(report)
+    assert "1.10-2.58x" in report.table(verbose=True) and "1.10-2.58x" not in str(report)
 
 
 def test_clip_keeps_a_line_of_at_most_max_short():

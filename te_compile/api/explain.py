@@ -73,7 +73,9 @@ _ISOLATE = "isolate_recompiles" in inspect.signature(torch.compile).parameters
 
 
 _NOT_KNOWN = ("not known here: the cuDNN version (a site cuDNN rejects only at plan time stays with torch.compile on "
-              "the GPU) and the card (the speed rules are the built-in ones); run explain on the GPU for its decisions")
+              "the GPU), the card (the speed rules are the built-in ones), and whether the frontend's CuTe DSL and the "
+              "native call path are there (taken as a te_compile[cuda] install has them); run explain on the GPU for "
+              "its decisions")
 #: what a report decided for a GPU on a machine without one says: the cuDNN frontend's own check decided support
 FOR_CUDA_NOTE = Reason("decided for a CUDA GPU on a machine without one: cuDNN's support is the installed cuDNN "
                        f"frontend's own check (no plans are built here); {_NOT_KNOWN}",

@@ -69,6 +69,12 @@ def _frontend() -> tuple[Optional[object], str]:
     return (create_mask_plan, *wrappers, sm90_native_bwd_can_implement), ""
 
 
+def frontend_reason() -> str:
+    """Why the frontend's interval kernels cannot be used in this process ("" where they can): no frontend, no CuTe
+    DSL, or wrappers that changed."""
+    return _frontend()[1]
+
+
 def sm90_implements(dqk: int, dv: int, hq: int, hkv: int) -> Optional[bool]:
     """Whether the SM90 kernels implement these head dims and counts, forward and backward (the frontend's own
     predicate); None where the frontend is not importable."""
@@ -90,7 +96,9 @@ def unavailable(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
     if isinstance(q.shape[1], int) and isinstance(k.shape[1], int) and q.shape[1] % k.shape[1]:
         return f"{q.shape[1]} query heads over {k.shape[1]} key heads"
     if q.device.type != "cuda":
-        return "not a CUDA tensor"
+        # decided for a CUDA GPU on a machine without one (explain's for_device; the passes keep non-CUDA sites
+        # otherwise): what a GPU with the frontend installed as te_compile[cuda] installs it (its CuTe DSL) runs
+        return None
     mods, why = _frontend()
     if why:
         return why

@@ -171,6 +171,11 @@ def constant_scale(scale: Any) -> Optional[float]:
 _FOR_DEVICE: contextvars.ContextVar = contextvars.ContextVar("te_compile_for_device", default=None)
 
 
+def deciding_for_device() -> Optional[str]:
+    """The device sites are decided for inside ``deciding_for`` ("cuda"), else None."""
+    return _FOR_DEVICE.get()
+
+
 @contextlib.contextmanager
 def deciding_for(device: Optional[str]) -> Iterator[None]:
     """Decide the sites of graphs rewritten inside this block as for ``device`` ("cuda"), whatever device their

@@ -39,8 +39,8 @@ from .. import env
 from ..lowering import alibi, intervals
 from ..score import ir
 from .inserted import bh_input, materialize_bias, materialize_mask
-from ..reasons import (BLOCK_MASK, NEEDS_GRAD, NOT_EXACT, NOT_ON_CUDNN, SPARSE_MASK, TOO_LARGE, UNSUPPORTED_ARGS,
-                       category)
+from ..reasons import (BLOCK_MASK, NEEDS_GRAD, NOT_EXACT, NOT_ON_CUDNN, SLOWER, SPARSE_MASK, TOO_LARGE,
+                       UNSUPPORTED_ARGS, Reason, category)
 from ..spec import AttentionSpec
 from .decision import Checker, Decision, FlexInserts, Keep, copy_meta, cudnn_supports, impl_for, operands
 from .find import AttentionSite, example_value
@@ -305,9 +305,32 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
     q, k, v = operands(site)
     mods = translate_mods(site, q, d)
     scale, score = fold_scale(site.scale, mods.score)
-    served = interval_path(site, mods, score, scale, target, checker, d, q, k, v)
+    refused: list[Keep] = []
+    served = interval_path(site, mods, score, scale, target, checker, d, q, k, v, refused)
     if served is not None:
         return served
+    try:
+        return graph_path(site, mods, score, scale, target, checker, d, q, k, v)
+    except Keep as kept:
+        raise with_intervals(kept, refused) from None
+
+
+def with_intervals(kept: Keep, refused: list[Keep]) -> Keep:
+    """The graph path's ``kept``, told what cuDNN's interval kernels said of a site whose mask they take (``refused``):
+    kept there for speed, that reason (serve="always" runs it there); unable to run it, both reasons."""
+    if not refused:
+        return kept
+    r = refused[0].reason
+    if r.category == SLOWER:
+        return refused[0]
+    text = r if str(r).startswith("cuDNN's interval kernels") else f"cuDNN's interval kernels: {r}"
+    kept.reason = Reason(f"{kept.reason}; {text}", kept.reason.category, kept.reason.short)
+    return kept
+
+
+def graph_path(site: AttentionSite, mods: _Mods, score: ir.Expr, scale: Any, target: str,
+               checker: Optional[Checker], d: Decision, q, k, v) -> Decision:
+    """Serve the site as a cuDNN SDPA graph (its score_mod and mask_mod as pointwise ops); raises Keep."""
     t = split_terms(mods, score, q, k)
     need_dbias = check_bias_term(mods, t, d, q, k)
     check_call(site, t, scale, q, k, v)
@@ -326,10 +349,11 @@ def decide(site: AttentionSite, target: str, checker: Optional[Checker], d: Deci
 
 
 def interval_path(site: AttentionSite, mods: _Mods, score: ir.Expr, scale: Any, target: str,
-                  checker: Optional[Checker], d: Decision, q, k, v) -> Optional[Decision]:
+                  checker: Optional[Checker], d: Decision, q, k, v, refused: list) -> Optional[Decision]:
     """Serve the site on cuDNN's interval-mask kernels (te_compile.lowering.intervals) when its mask_mod is a union of key
     intervals that the graph SDPA cannot skip tiles for (documents, prefix-LM, sink + local; a built-in band stays on
-    the graph path), with no score_mod; None to go on with the graph path (which may keep the site)."""
+    the graph path), with no score_mod; None to go on with the graph path (which may keep the site). A support or
+    speed check that refuses a site the path takes appends its Keep to ``refused``."""
     if env.value("TE_COMPILE_INTERVALS") == "0":  # read at compile time
         return None
     mask = mods.mask
@@ -351,9 +375,13 @@ def interval_path(site: AttentionSite, mods: _Mods, score: ir.Expr, scale: Any, 
         spec = AttentionSpec(scale=float(scale), mask="none", impl=impl, source="flex", mask_mod=str(mask),
                              n_inputs=len(bufs), block_q=blocks.q, block_kv=blocks.kv, block_full=blocks.full,
                              intervals=True)
-        cudnn_supports(checker, q, k, v, None, spec, d.grads.any, False)
     except Keep:
         return None  # the graph path decides (and says why it keeps the site, if it does)
+    try:
+        cudnn_supports(checker, q, k, v, None, spec, d.grads.any, False)
+    except Keep as kept:
+        refused.append(kept)  # the graph path decides; a keep there names this refusal too (with_intervals)
+        return None
     d.inserts = FlexInserts(terms=[], buffers=mods.buffers, block_nodes=blocks.nodes, pass_buffers=True)
     d.note = "on cuDNN's interval kernels (cudnn.flex_attention)" if impl == "cudnn" else "key intervals"
     return d.serve(spec)

@@ -122,24 +122,23 @@ def speed_reason(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbia
                  cuda_graphs: bool = False) -> Optional[str]:
     """Why the site stays with torch.compile for speed, or None (serve it on cuDNN)."""
     from .rules import MEASURED_ON, decide, slower_reason
-    if spec.impl != "cudnn" or cuda_graphs:
-        return slower_reason(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)
+    if spec.impl != "cudnn":
+        return None
     cls = _class(q, k, bias, spec, need_dbias)
-    force = _force.get()
+    force = {} if cuda_graphs else _force.get()  # under CUDA graphs the rules alone decide (kernel time)
     if cls in force:
         return None if force[cls] else Reason(f"kept while its graph is measured without its {cls} sites", SLOWER)
-    scope = _graph.get()
+    scope = None if cuda_graphs else _graph.get()
     entry = None
     if scope is not None and cls is not None:
         scope.classes[cls] = needs_grad
         entry = cache.get(scope.key(cls)) if scope.key else None
     m = Measurement.from_entry(entry) if entry else None
     if m is None:
-        why = slower_reason(q, k, v, bias, spec, needs_grad, need_dbias)
-        if not why:
-            rule = decide(q, k, v, bias, spec, needs_grad, need_dbias)[1]
-            _served(spec, q, Reason(f"{rule} ({MEASURED_ON}); not measured here: te-compile tune",
-                                    short=rule.short))
+        why = slower_reason(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)
+        if not why:  # served: the rule that served it, for the report
+            rule = decide(q, k, v, bias, spec, needs_grad, need_dbias, cuda_graphs=cuda_graphs)[1]
+            _served(spec, q, Reason(f"{rule} ({MEASURED_ON}); not measured here: te-compile tune", short=rule.short))
         return why
     if serve_on_cudnn(m):
         _served(spec, q, Reason(f"served: {describe(m, cls)}",

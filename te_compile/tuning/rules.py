@@ -16,11 +16,11 @@ from ..lowering import prefix
 from ..cudnn import native
 from ..layout import size_hints
 from ..lowering.lower import lower
+from ..passes.decision import deciding_for_device
 from ..reasons import SLOWER, Reason, rule_short
 from ..spec import AttentionSpec
 
-#: the architecture and cuDNN versions the rules were measured on
-MEASURED_ON = "sm90 (H100, H200), cuDNN 9.19 and 9.27, training steps and forward-only steps"
+MEASURED_ON = "sm90 (H100, H200), cuDNN 9.19 and 9.27, training steps and forward-only steps"  #: what the rules rest on
 #: keys per query below which a band is a "narrow window" (the sweeps' windows of 1024 serve, models' 512 do not)
 NARROW_WINDOW = 1024
 DECODING = 16  #: query tokens up to which a site is a decoding step (the decode sweep's 1 and 16 against a KV cache)
@@ -38,10 +38,10 @@ class Rule:
     short: str = ""
 
 
-#: cited runs (docs/data), native call path: single calls at 256-512 tokens, sweeps, default-policy sweeps; HF Mistral
-_SHORT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in ("1x1x256x64", "1x8x512x64"))
+#: cited runs (docs/data), native call path: default-policy sweeps at 256-1024 tokens, sweeps, default-policy sweeps; HF Mistral
+_SHORT = tuple(f"sweep-flex-default-h200-919-2026-11-29-{s}.json" for s in ("1x1x256x64", "1x8x512x64", "8x16x1024x64"))
 _NATIVE = ("sweep-flex-train-h200-919-2026-11-28.json", "sweep-flex-train-h100-919-2026-11-28-1x32x4096x128x8.json", "sweep-flex-infer-h200-919-2026-11-28.json")
-_DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x32x4096x128x8", "8x16x1024x64", "1x16x16384x128-part1", "1x16x16384x128-part2"))
+_DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x32x4096x128x8", "1x16x16384x128-part1", "1x16x16384x128-part2"))
 _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8192-h200-927-2026-11-27-mistral.json", "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
 _FLEX = _SHORT + _NATIVE + _DEFAULT
 _MASKS = tuple(f"masks-default-h200-919-2026-11-29-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))
@@ -56,31 +56,31 @@ RULES: dict[str, Rule] = {
         short="SDPA with a mask (torch's own cuDNN kernel)"),
     "sdpa learned bias": Rule(4096, 4096, "torch falls back to its efficient kernel for a bias with a gradient: 1.80-2.07x steps from 4096 tokens, none faster at 1024", (("sweep-sdpa-h200-2026-11-26.json", ("sdpa learned bias",)),),
         short="a learned SDPA bias"),
-    "flex plain": Rule(256, 512, "cuDNN's kernels 1.26-1.44x Inductor's from 1024 tokens (0.95-1.05x at 256-512); training "
-                       "steps 1.20-1.64x from 256 tokens (native call path: less host time per call)",
+    "flex plain": Rule(256, 512, "cuDNN's kernels 1.26-1.44x Inductor's from 1024 tokens (0.95-1.04x at 256-512); training "
+                       "steps 1.28-2.11x from 256 tokens (native call path: less host time per call)",
                        ((_FLEX, ("flex none",)),), short="flex without a mask"),
-    "flex native band": Rule(256, 1024, "a causal band on cuDNN's diagonal band: training steps 1.29-2.00x from 256 tokens "
-                             "(native call path); kernels 1.25-1.63x from 1024 tokens, 0.90-0.94x at 256-512",
+    "flex native band": Rule(256, 1024, "a causal band on cuDNN's diagonal band: training steps 1.29-1.78x from 256 tokens "
+                             "(native call path); kernels 1.26-1.63x from 1024 tokens, 0.91-0.95x at 256-512",
                              ((_FLEX, ("flex causal",)),), short="a causal band"),
-    "flex narrow band": Rule(4096, 1024, "a band narrower than causal (a sliding window): kernels 1.24-1.51x from 1024 "
-                             "tokens (0.89-0.93x at 256-512); training steps 1.01-1.29x from 4096 tokens, 0.88-1.52x at "
-                             "256-1024", ((_FLEX, ("flex sliding <=", "flex sliding <")),), short="a sliding window"),
+    "flex narrow band": Rule(4096, 1024, "a band narrower than causal (a sliding window): training steps 1.01-1.55x from 4096 "
+                             "tokens, kernels 1.28-1.51x; the sweeps' window of 1024 keys is a causal band up to 2048 "
+                             "tokens (steps 1.33-1.82x at 256-1024); not measured between 2048 and 4096", ((_FLEX, ("flex sliding <=", "flex sliding <")),), short="a sliding window"),
     "flex narrow window": Rule(None, None, "a sliding window of fewer than 1024 keys per query (Mistral's and "
                                "Gemma-3's 512): whole Mistral models at 8192 tokens with every such site served ran "
                                "0.94-1.02x of torch.compile in training and 0.95-1.05x in inference (H100, H200); not "
                                "measured under CUDA graphs", ((_WINDOW_512, ("mistral",)),),
         short="a window of fewer than 1024 keys"),
-    "flex score_mod": Rule(256, 256, "a non-linear score_mod (softcap): kernels 1.57-2.67x and training steps "
-                           "1.00-2.58x from 256 tokens", ((_FLEX, ("flex softcap", "flex softcap + causal")),),
+    "flex score_mod": Rule(256, 256, "a non-linear score_mod (softcap): kernels 1.56-2.67x and training steps "
+                           "1.10-2.58x from 256 tokens", ((_FLEX, ("flex softcap", "flex softcap + causal")),),
         short="a non-linear score_mod"),
-    "flex additive score_mod": Rule(256, 1024, "an additive score_mod (ALiBi): training steps 1.01-1.29x from 256 "
-                                    "tokens; kernels 1.19-1.36x from 1024, 0.89-0.93x at 256-512", ((_FLEX, ("flex ALiBi",)),),
+    "flex additive score_mod": Rule(256, 1024, "an additive score_mod (ALiBi): training steps 0.99-1.29x from 256 "
+                                    "tokens; kernels 1.17-1.36x from 1024, 0.90-0.99x at 256-512", ((_FLEX, ("flex ALiBi",)),),
         short="an additive score_mod"),
     "flex native ALiBi + causal": Rule(4096, 1024, "cuDNN's own ALiBi with causal masking: training steps 1.32-1.50x "
-                                       "from 4096 tokens, 0.84-1.02x at 256-1024; kernels 1.29-1.53x from 1024 tokens",
+                                       "from 4096 tokens, 0.74-0.97x at 256-1024; kernels 1.29-1.53x from 1024 tokens",
                                        ((_FLEX, ("flex ALiBi + causal",)),), short="ALiBi + causal"),
-    "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): kernels 0.43-0.94x "
-                              "up to 4096 tokens, 1.15-1.16x from 8192 (steps 1.10-1.18x)",
+    "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): training steps "
+                              "0.39-0.73x at 1024-4096 tokens (kernels 0.72-1.10x), 1.20x at 16384 (kernels 1.21x)",
                               ((_FLEX, ("flex prefix-LM",)),), short="the prefix-LM split"),
     "flex intervals": Rule(4096, None, "cuDNN's interval kernels (prefix-LM, sink + local): steps 1.54-1.57x at 4096 tokens, 1.42-1.54x at 32768; forward-only 1.68-1.85x", (_MASKS_STATIC,),
         short="a mask of key intervals"),
@@ -148,7 +148,7 @@ def decide(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: boo
         return True, "served: symbolic shapes (the rules decide at the size this compile saw)"
     H, L, S = shape
     cls = site_class(spec, bias is not None, need_dbias, L, S, H)
-    if cls == "flex intervals, document ids" and not native.possible():
+    if cls == "flex intervals, document ids" and not native.possible() and deciding_for_device() is None:
         cls += ", from Python"  # without C++ launches such a step is host-bound below 32768 tokens
     rule = RULES[cls]
     need = rule.graphs_min_tokens if cuda_graphs else rule.min_tokens
