@@ -35,7 +35,9 @@ use backend="aot_eager" (no C++ compiler needed), on the CPU.
 Output: one JSON (date, command, card, versions, config, per-column train / validation curves, final validation
 loss, median step time of the second half of the steps, first step's time with its compile, and for te_compile
 columns what each attention site ran on and why; ``graphs``: the graphs Dynamo compiled, recompiles included)
-and a PNG of the curves next to it when matplotlib imports. The summary line compares each te_compile column's
+and a PNG of the curves next to it when matplotlib imports. ``--parallel`` trains the columns at once, each
+in its own process on the one GPU (their compiles and
+host work overlap; no step times then). The summary line compares each te_compile column's
 final validation loss with the mean of the two torch.compile seeds, against the gap between those two seeds. ``--append`` adds columns to an existing JSON of the same config, so the columns can
 run one command each.
 """
@@ -391,7 +393,10 @@ def run_column(cfg: Config, column: str, timeout: float | None = None) -> dict:
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", column, "--worker-config", cfg_path,
                "--worker-out", out_path]
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's te_compile first
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+        # Inductor's and AOTAutograd's caches in a folder of the column's own: a cache warmed by another column or
+        # run would hand back a graph compiled from other code (its key does not cover te_compile's op bodies)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+               "TORCHINDUCTOR_CACHE_DIR": os.path.join(d, "inductor"), "TRITON_CACHE_DIR": os.path.join(d, "triton")}
         try:
             p = subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
         except subprocess.TimeoutExpired:
@@ -486,6 +491,9 @@ def parse(argv=None):
     ap.add_argument("--json", default="convergence.json")
     ap.add_argument("--png", help="default: the JSON's name with .png")
     ap.add_argument("--timeout", type=float, help="seconds per column")
+    ap.add_argument("--parallel", action="store_true",
+                    help="train every column at once, each in its own process on the one GPU: the losses only (the "
+                         "columns share the GPU, so their step times are not recorded)")
     ap.add_argument("--append", action="store_true",
                     help="keep the columns already in --json (same config) and add these (one column per command)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -502,20 +510,30 @@ def config_from(a) -> Config:
 
 
 def run(cfg: Config, columns: list[str], timeout: float | None = None, log=print, previous: dict | None = None,
-        argv: list[str] | None = None) -> dict:
-    """Every column in its own process; the JSON document (without writing it). ``previous``: a document of the
+        argv: list[str] | None = None, parallel: bool = False) -> dict:
+    """Every column in its own process (one after another, or all at once with ``parallel``: then their step times,
+    taken on a shared GPU, are dropped); the JSON document (without writing it). ``previous``: a document of the
     same config whose columns are kept (and whose columns named again are run again)."""
-    doc = {**environment(cfg, argv), "config": dataclasses.asdict(cfg), "columns": {}}
+    doc = {**environment(cfg, argv), "config": dataclasses.asdict(cfg), "columns": {}, "parallel": parallel}
     if previous:
         if previous["config"] != doc["config"]:
             raise SystemExit("--append: the JSON's config differs from this command's")
         doc["columns"] = {c: r for c, r in previous["columns"].items() if c not in columns}
         doc["commands"] = previous.get("commands", [previous["command"]]) + [doc["command"]]
+    if parallel:
+        log(f"columns {', '.join(columns)} at once ...")
+        done = run_columns_parallel(cfg, columns, timeout)
     for col in columns:
-        log(f"column {col} ...")
-        r = run_column(cfg, col, timeout)
+        if parallel:
+            r = done[col]
+            for key in ("step_ms_median", "first_step_s"):
+                r.pop(key, None)
+        else:
+            log(f"column {col} ...")
+            r = run_column(cfg, col, timeout)
         doc["columns"][col] = r
-        log(f"column {col}: " + (f"final val {r['final_val']:.4f}, {r['step_ms_median']:.1f} ms/step"
+        log(f"column {col}: " + (f"final val {r['final_val']:.4f}" + ("" if parallel else
+                                                                        f", {r['step_ms_median']:.1f} ms/step")
                                  if "final_val" in r else "failed:\n" + r["error"]))
     doc["summary"] = summary(doc["columns"])
     return doc
@@ -544,7 +562,7 @@ def main(argv=None) -> int:
     if a.append and os.path.exists(a.json):
         with open(a.json) as f:
             previous = json.load(f)
-    doc = run(cfg, columns, a.timeout, previous=previous, argv=argv)
+    doc = run(cfg, columns, a.timeout, previous=previous, argv=argv, parallel=a.parallel)
     with open(a.json, "w") as f:
         json.dump(doc, f, indent=1)
     print(f"wrote {a.json}")

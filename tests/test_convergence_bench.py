@@ -125,3 +125,34 @@ def test_smoke_run_writes_the_json(tmp_path):
     assert rc == 0 and set(doc2["columns"]) == {"eager", "torch.compile"} and len(doc2["commands"]) == 2
     assert doc2["columns"]["eager"] == col
     assert doc2["columns"]["torch.compile"]["final_val"] == pytest.approx(col["final_val"], abs=1e-5)
+
+
+def test_each_column_compiles_with_caches_of_its_own(monkeypatch):
+    """A column's process gets Inductor's and Triton's caches in a fresh folder of its own: a cache another column or
+    an earlier run warmed would hand back a graph compiled from other code (AOTAutograd's key does not cover the
+    bodies of te_compile's ops), so a column would not measure the code it names."""
+    seen = []
+
+    def fake_run(cmd, env, **kw):
+        seen.append((env["TORCHINDUCTOR_CACHE_DIR"], env["TRITON_CACHE_DIR"]))
+        assert not os.path.exists(env["TORCHINDUCTOR_CACHE_DIR"])  # cold: nothing compiled there yet
+        return type("P", (), {"returncode": 1, "stderr": "stop", "stdout": ""})()
+
+    monkeypatch.setattr(conv.subprocess, "run", fake_run)
+    cfg = conv.smoke_config()
+    for col in ("te_compile", "torch.compile"):
+        assert conv.run_column(cfg, col)["error"] == "stop"
+    (a_ind, a_tri), (b_ind, b_tri) = seen
+    assert a_ind != b_ind and a_tri != b_tri and os.environ.get("TORCHINDUCTOR_CACHE_DIR") not in (a_ind, b_ind)
+
+
+def test_parallel_columns_keep_their_losses_and_drop_their_step_times(tmp_path):
+    """--parallel trains the columns at once (one shared device): each column's curve and final loss are written,
+    its step times are not (they would measure the sharing), and the JSON says the columns ran at once."""
+    out = tmp_path / "conv.json"
+    rc = conv.main(["--smoke", "--columns", "eager,torch.compile", "--steps", "2", "--val-every", "1",
+                    "--val-batches", "1", "--max-train-bytes", "100000", "--json", str(out), "--parallel"])
+    doc = json.loads(out.read_text())
+    assert rc == 0 and doc["parallel"] is True and set(doc["columns"]) == {"eager", "torch.compile"}
+    for col in doc["columns"].values():
+        assert [s for s, _ in col["val"]] == [1, 2] and "step_ms_median" not in col and "first_step_s" not in col

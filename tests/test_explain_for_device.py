@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.nn.attention.flex_attention import flex_attention
 
 import te_compile
+from te_compile.tuning import rules
 from te_compile.api.explain import FOR_CUDA_NOTE
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="what a CPU machine reports about a GPU")
@@ -196,16 +197,21 @@ def _interval_site(name: str, L: int):
     return d
 
 
-@pytest.mark.parametrize("name, cls", [("prefix-LM", "flex intervals"), ("documents", "flex intervals, document ids")])
-def test_a_mask_of_key_intervals_is_decided_for_the_interval_kernels(monkeypatch, name, cls):
+@pytest.mark.parametrize("name, cls, short", [("prefix-LM", "flex intervals", 128),
+                                               ("documents", "flex intervals, document ids", 1024)])
+def test_a_mask_of_key_intervals_is_decided_for_the_interval_kernels(monkeypatch, name, cls, short):
     """A mask cuDNN's interval kernels take, decided for a GPU (a te_compile[cuda] install: the frontend's CuTe DSL,
-    the native call path): served there from 4096 tokens; at 1024 kept by their rule, which names them (serve="always"
-    runs it there), not by the graph path's reason. Where the kernels cannot run, the graph path's keep names why."""
+    the native call path): served there from its rule's length on (a static mask from 256 tokens, document ids from
+    4096); below it kept by their rule, which names them (serve="always" runs it there), not by the graph path's
+    reason. Where the kernels cannot run, the graph path's keep names why."""
+    need = rules.RULES[cls].min_tokens
     d = _interval_site(name, 4096)
     assert d.runs_on == "cudnn" and d.spec.intervals, d.reason
     d = _interval_site(name, 1024)
-    assert d.runs_on == "kept" and d.reason.startswith(f"kept for speed by the rule for {cls}: 1024 tokens, "
-                                                       "served from 4096"), d.reason
+    assert (d.runs_on == "cudnn") == (1024 >= need), d.reason
+    d = _interval_site(name, short)
+    assert d.runs_on == "kept" and d.reason.startswith(f"kept for speed by the rule for {cls}: {short} tokens, "
+                                                       f"served from {need}"), d.reason
     from te_compile.cudnn import flexkernel
     monkeypatch.setattr(flexkernel, "unavailable", lambda q, k, v: "no CuTe DSL (test)")
     d = _interval_site(name, 4096)

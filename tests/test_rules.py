@@ -403,3 +403,22 @@ def test_the_native_call_path_is_possible_only_where_it_can_turn_on(monkeypatch)
     assert not native.possible()
     monkeypatch.setattr(native, "_ext", object())
     assert native.possible()
+
+
+def test_a_static_interval_mask_is_served_from_256_tokens_on_the_native_call_path_only(monkeypatch):
+    """A mask of key intervals without inputs (prefix-LM, sink + local) is served from 256 tokens where C++ launches
+    the interval kernels, from 4096 where Python does (what the replay runs measured; shorter steps are host-bound);
+    below 256 tokens nothing was measured: kept."""
+    from te_compile.cudnn import native
+
+    spec = AttentionSpec(source="flex", scale=0.1, mask_mod="(or (lt kv_idx 64) (ge q_idx kv_idx))", intervals=True)
+    short, tiny, long = _t(1, 8, 512, 64), _t(1, 8, 128, 64), _t(2, 16, 4096, 128)
+    monkeypatch.setattr(native, "possible", lambda: True)
+    serve, why = rules.decide(short, short, short, None, spec, True, False)
+    assert serve and why.startswith("served by the rule for flex intervals (from 256 tokens)"), why
+    serve, why = rules.decide(tiny, tiny, tiny, None, spec, True, False)
+    assert not serve and "128 tokens, served from 256" in why, why
+    monkeypatch.setattr(native, "possible", lambda: False)
+    serve, why = rules.decide(short, short, short, None, spec, True, False)
+    assert not serve and "flex intervals, from Python" in why and "served from 4096" in why, why
+    assert rules.decide(long, long, long, None, spec, True, False)[0]

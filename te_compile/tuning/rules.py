@@ -46,8 +46,9 @@ _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8
 _FLEX = _SHORT + _NATIVE + _DEFAULT
 _MASKS = tuple(f"masks-default-h200-919-2026-11-29-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))
 _MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS, ("flex document4", "flex document16"))
+_INTERVALS_SHORT = (tuple(f"sweep-flex-intervals-h200-919-2026-11-29-{s}.json" for s in ("1x1x256x64", "1x8x512x64", "16x16x512x64", "8x16x1024x64", "4x16x1024x128", "2x16x2048x128")), ("flex prefix-LM",))
 _DECODE = "decode-h200-919-2026-11-29.json"
-_MASKS_PY = (tuple(f"masks-replay-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128")), ("flex document4", "flex document16"))  # the interval kernels launched from Python
+_REPLAY = tuple(f"masks-replay-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))  # the interval kernels launched from Python
 
 RULES: dict[str, Rule] = {
     "sdpa": Rule(None, None, "torch runs a cuDNN or flash kernel of its own for it: te_compile's steps were 0.58-1.02x of torch.compile's at 512-16384 tokens", (("sweep-sdpa-before-h200-2026-11-26.json", ("sdpa none", "sdpa causal")),),
@@ -57,11 +58,11 @@ RULES: dict[str, Rule] = {
     "sdpa learned bias": Rule(4096, 4096, "torch falls back to its efficient kernel for a bias with a gradient: 1.80-2.07x steps from 4096 tokens, none faster at 1024", (("sweep-sdpa-h200-2026-11-26.json", ("sdpa learned bias",)),),
         short="a learned SDPA bias"),
     "flex plain": Rule(256, 512, "cuDNN's kernels 1.26-1.44x Inductor's from 1024 tokens (0.95-1.04x at 256-512); training "
-                       "steps 1.28-2.11x from 256 tokens (native call path: less host time per call)",
-                       ((_FLEX, ("flex none",)),), short="flex without a mask"),
+                       "steps 1.28-2.11x from 256 tokens (native call path: less host time per call)", ((_FLEX, ("flex none",)),),
+        short="flex without a mask"),
     "flex native band": Rule(256, 1024, "a causal band on cuDNN's diagonal band: training steps 1.29-1.78x from 256 tokens "
-                             "(native call path); kernels 1.26-1.63x from 1024 tokens, 0.91-0.95x at 256-512",
-                             ((_FLEX, ("flex causal",)),), short="a causal band"),
+                             "(native call path); kernels 1.26-1.63x from 1024 tokens, 0.91-0.95x at 256-512", ((_FLEX, ("flex causal",)),),
+        short="a causal band"),
     "flex narrow band": Rule(4096, 1024, "a band narrower than causal (a sliding window): training steps 1.01-1.55x from 4096 "
                              "tokens, kernels 1.28-1.51x; the sweeps' window of 1024 keys is a causal band up to 2048 "
                              "tokens (steps 1.33-1.82x at 256-1024); not measured between 2048 and 4096", ((_FLEX, ("flex sliding <=", "flex sliding <")),), short="a sliding window"),
@@ -82,11 +83,13 @@ RULES: dict[str, Rule] = {
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): training steps "
                               "0.39-0.73x at 1024-4096 tokens (kernels 0.72-1.10x), 1.20x at 16384 (kernels 1.21x)",
                               ((_FLEX, ("flex prefix-LM",)),), short="the prefix-LM split"),
-    "flex intervals": Rule(4096, None, "cuDNN's interval kernels (prefix-LM, sink + local): steps 1.54-1.57x at 4096 tokens, 1.42-1.54x at 32768; forward-only 1.68-1.85x", (_MASKS_STATIC,),
+    "flex intervals": Rule(256, None, "cuDNN's interval kernels (prefix-LM, sink + local): prefix-LM (512 prefix keys: every key below 1024 tokens) steps 1.05-1.54x at 256-2048 tokens (kernels 1.17-1.31x at 32-256 batch x heads, 0.83-0.87x at 1-8 where the step is host-bound), 1.54-1.57x at 4096, 1.42-1.54x at 32768; forward-only 1.68-1.85x", (_INTERVALS_SHORT, _MASKS_STATIC),
         short="a mask of key intervals"),
-    "flex intervals, document ids": Rule(4096, None, "document ids on cuDNN's interval kernels: steps 1.51-1.70x at 4096 tokens, 1.53-1.67x at 32768; forward-only 1.71-1.91x", (_MASKS_DOCS,),
+    "flex intervals, from Python": Rule(4096, None, "cuDNN's interval kernels launched from Python (no native call path): prefix-LM and sink + local steps 1.13-1.58x at 4096 tokens, 1.43-1.54x at 32768; not measured below 4096", ((_REPLAY, ("flex prefix-LM", "flex sink+local")),),
+        short="a mask of key intervals, from Python"),
+    "flex intervals, document ids": Rule(4096, None, "document ids on cuDNN's interval kernels: steps 1.51-1.70x at 4096 tokens, 1.53-1.67x at 32768; forward-only 1.71-1.91x; a loader's new ids need a new plan each step (a packed-document model step level with torch.compile at 4096-8192 tokens), so shorter steps are kept", (_MASKS_DOCS,),
         short="document ids on the interval kernels"),
-    "flex intervals, document ids, from Python": Rule(32768, None, "document ids on cuDNN's interval kernels launched from Python (no native call path): steps 1.63-1.65x at 32768 tokens; 0.60-0.64x at 4096 (host-bound)", (_MASKS_PY,),
+    "flex intervals, document ids, from Python": Rule(32768, None, "document ids on cuDNN's interval kernels launched from Python (no native call path): steps 1.63-1.65x at 32768 tokens; 0.60-0.64x at 4096 (host-bound)", ((_REPLAY, ("flex document4", "flex document16")),),
         short="document ids, interval kernels from Python"),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
                               "0.98-1.01x", ((_FLEX, ("flex document",)),),
@@ -148,8 +151,8 @@ def decide(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: boo
         return True, "served: symbolic shapes (the rules decide at the size this compile saw)"
     H, L, S = shape
     cls = site_class(spec, bias is not None, need_dbias, L, S, H)
-    if cls == "flex intervals, document ids" and not native.possible() and deciding_for_device() is None:
-        cls += ", from Python"  # without C++ launches such a step is host-bound below 32768 tokens
+    if cls.startswith("flex intervals") and not native.possible() and deciding_for_device() is None:
+        cls += ", from Python"  # without C++ launches such a step is host-bound at short lengths
     rule = RULES[cls]
     need = rule.graphs_min_tokens if cuda_graphs else rule.min_tokens
     where = " under CUDA graphs" if cuda_graphs else ""
