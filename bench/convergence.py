@@ -2,6 +2,7 @@
 
     python3 bench/convergence.py --attention flex --json conv-flex.json            # CUDA: 113M params, 3000 steps
     python3 bench/convergence.py --attention flex-docs --json conv-flex-docs.json
+    python3 bench/convergence.py --attention flex-bias --json conv-flex-bias.json
     python3 bench/convergence.py --attention sdpa --json conv-sdpa.json
     python3 bench/convergence.py --smoke --json conv-smoke.json                    # CPU: tiny model, a few steps
 
@@ -13,6 +14,9 @@ JSON records the count). Its attention is one of
 * ``flex-docs``: packed documents + causal: each sequence is a window of the byte stream, the document ids come
   from the stream's file boundaries, and every step builds a new BlockMask with create_block_mask, as a
   pretraining loader does;
+* ``flex-bias``: flex_attention with a causal BlockMask and a learned bias per head and query - key offset (a
+  ``[heads, 2 * seq - 1]`` table per layer, zero at first, gathered in the score_mod): te_compile materializes it
+  as an attention bias and cuDNN computes its gradient (dBias);
 * ``sdpa``: F.scaled_dot_product_attention with is_causal=True.
 
 Data: byte-level language modelling on the Python sources of the running interpreter's site-packages (``*.py``,
@@ -63,11 +67,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ATTENTIONS = ("flex", "flex-docs", "sdpa")
+ATTENTIONS = ("flex", "flex-docs", "flex-bias", "sdpa")
 COLUMNS = ("te_compile", "always", "torch.compile", "torch.compile-B", "eager")
 SEED_A, SEED_B = 0, 1
 SOFTCAP = 30.0
 SEP = 0  # the byte that joins (and ends) files in the stream
+#: Inductor's flex finds no Triton config at its default block sizes for a learned table's backward on an H100 / H200
+#: (shared memory; docs/benchmarks.md, "Learned relative-position table"): flex-bias passes these smaller ones on CUDA
+#: (kernel options are Inductor's alone: a site te_compile serves ignores them)
+SMALL_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_M1": 16, "BLOCK_N1": 32, "BLOCK_M2": 32, "BLOCK_N2": 16,
+                "num_stages": 1, "num_warps": 4}
 
 
 @dataclasses.dataclass
@@ -195,7 +204,7 @@ def document_mask(docs: torch.Tensor):
 def block_mask_for(cfg: Config, docs: torch.Tensor | None, device):
     """The BlockMask a step passes to the model (None for SDPA)."""
     from torch.nn.attention.flex_attention import create_block_mask
-    if cfg.attention == "flex":
+    if cfg.attention in ("flex", "flex-bias"):
         return create_block_mask(causal, None, None, cfg.seq, cfg.seq, device=device)
     if cfg.attention == "flex-docs":
         return create_block_mask(document_mask(docs.to(device)), docs.shape[0], None, cfg.seq, cfg.seq,
@@ -219,6 +228,8 @@ class Block(nn.Module):
         super().__init__()
         d, self.heads = cfg.hidden, cfg.heads
         self.kind = cfg.attention
+        if self.kind == "flex-bias":  # a learned bias per head and query - key offset (T5-style), zero at first
+            self.rel = nn.Parameter(torch.zeros(cfg.heads, 2 * cfg.seq - 1))
         self.norm1, self.norm2 = nn.RMSNorm(d), nn.RMSNorm(d)
         self.qkv = nn.Linear(d, 3 * d, bias=False)
         self.proj = nn.Linear(d, d, bias=False)
@@ -231,6 +242,13 @@ class Block(nn.Module):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
         from torch.nn.attention.flex_attention import flex_attention
         score_mod = softcap if self.kind == "flex" else None
+        if self.kind == "flex-bias":
+            rel = self.rel
+
+            def score_mod(s, b, h, q_idx, kv_idx):
+                return s + rel[h, q_idx - kv_idx + (rel.shape[1] - 1) // 2]
+            return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                                  kernel_options=SMALL_BLOCKS if q.is_cuda else None)
         return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask)
 
     def forward(self, x, cos, sin, block_mask):
@@ -253,7 +271,7 @@ class Decoder(nn.Module):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         for name, p in self.named_parameters():
-            if p.dim() == 2:
+            if p.dim() == 2 and not name.endswith(".rel"):
                 std = 0.02 / math.sqrt(2 * cfg.layers) if name.endswith(("proj.weight", "down.weight")) else 0.02
                 nn.init.normal_(p, std=std)
 
@@ -323,7 +341,7 @@ def _train(cfg: Config, column: str, corpus: dict, log) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay,
                             **({"fused": True} if dev.type == "cuda" else {}))
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if cfg.autocast and dev.type == "cuda" else _null()
-    fixed_bm = block_mask_for(cfg, None, dev) if cfg.attention == "flex" else None
+    fixed_bm = block_mask_for(cfg, None, dev) if cfg.attention in ("flex", "flex-bias") else None
     vals = val_offsets(corpus["val"], cfg)
 
     def loss_of(offsets, train_mode):

@@ -78,7 +78,7 @@ def test_document_mask_is_causal_within_documents():
     assert torch.equal(got, want.bool())
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "flex"])
+@pytest.mark.parametrize("attention", ["sdpa", "flex", "flex-bias"])
 def test_decoder_learns_and_the_reference_target_trains_as_eager_does(corpus, attention):
     cfg = conv.smoke_config(attention=attention, seq=64, steps=10, warmup=2, train_every=1, val_every=100,
                             val_batches=1, max_train_bytes=300_000)
@@ -156,3 +156,23 @@ def test_parallel_columns_keep_their_losses_and_drop_their_step_times(tmp_path):
     assert rc == 0 and doc["parallel"] is True and set(doc["columns"]) == {"eager", "torch.compile"}
     for col in doc["columns"].values():
         assert [s for s, _ in col["val"]] == [1, 2] and "step_ms_median" not in col and "first_step_s" not in col
+
+
+def test_the_learned_bias_gets_its_gradient_through_te_compile():
+    """flex-bias: the table's gradient through te_compile (reference target: the materialized bias and its dBias)
+    is eager's, and it is not zero (the bias is learned, so a dBias error would change the training)."""
+    cfg = conv.smoke_config(attention="flex-bias", seq=32, layers=1)
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (2, 32))
+    grads = []
+    with conv._cpu_flex_with_grad(True):
+        for column in ("eager", "te_compile"):
+            model = conv.make_model(cfg, 0)
+            with torch.no_grad():
+                model.blocks[0].rel.normal_(std=0.5)  # a bias that shapes the attention
+            fn = conv.compiled(model, column, cfg)
+            fn(x, x.roll(-1, 1), conv.block_mask_for(cfg, None, "cpu")).backward()
+            grads.append(model.blocks[0].rel.grad.clone())
+    torch._dynamo.reset()
+    assert grads[0].abs().sum() > 0
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)

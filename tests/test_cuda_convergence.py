@@ -3,7 +3,7 @@ loop; 4 layers, hidden 256, 4 heads of 64, 512 tokens, batch 16, bf16 autocast, 
 te_compile with serve="always" (every site it can serve runs on cuDNN, forward and backward) must stay inside
 the spread of plain torch.compile over two seeds, at every validation point (steps 100, 200, 300), for each
 attention of the benchmark: flex causal + softcap, flex packed documents + causal (a new BlockMask per step),
-causal SDPA.
+flex causal + a learned relative-position bias (cuDNN's dBias), causal SDPA.
 
 The band at a validation point is [min(A, B) - m, max(A, B) + m] with A, B torch.compile's losses for seeds 0
 and 1 and m = max(|A - B|, 0.03) nats per byte. te_compile runs seed 0, the same initialisation and data order as
@@ -61,7 +61,7 @@ def test_band_catches_a_drift_the_seeds_do_not_show():
     assert lo <= 1.98 <= hi and not lo <= 2.01 <= hi
 
 
-@pytest.mark.parametrize("attention", ["flex", "flex-docs", "sdpa"])
+@pytest.mark.parametrize("attention", ["flex", "flex-docs", "flex-bias", "sdpa"])
 def test_te_compile_trains_inside_torch_compiles_seed_spread(attention):
     conv = _bench()
     cfg = conv.Config(layers=4, hidden=256, heads=4, seq=512, batch=16, steps=300, lr=2e-3, warmup=30,
