@@ -154,10 +154,15 @@ def cases_wanted(arg: str) -> list[str]:
     return wanted
 
 
+def prefix_keys(L: int) -> int:
+    """The prefix-LM variant's prefix: 512 keys, at most half the sequence (a prefix of every key is no mask)."""
+    return min(512, L // 2)
+
+
 def flex_variants(H: int, L: int, kernel_options: dict | None = None, gqa: bool = False):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    W, P = 1024, 512
+    W, P = 1024, prefix_keys(L)
     docs = (torch.arange(L, device="cuda") // (L // 4))  # four documents
     masks = {
         "causal": lambda b, h, q, kv: q >= kv,
@@ -197,6 +202,8 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
     import te_compile
 
     row = {"case": name, "shape": [*args[0].shape[:3], args[0].shape[3], args[1].shape[1]]}
+    if name == "flex prefix-LM":
+        row["prefix_keys"] = prefix_keys(args[0].shape[2])
     torch._dynamo.reset()
     fns = {}
     if TUNE:  # measure this case's sites into the cache (a compile of its own) before the columns compile

@@ -62,3 +62,12 @@ def test_a_benchmark_json_records_whether_the_interval_kernels_could_run(tmp_pat
     record.write(str(tmp_path / "r.json"), {"rows": []})
     got = json.loads((tmp_path / "r.json").read_text())["interval_kernels"]
     assert got == (frontend_reason() or "available") and got  # on the CPU suite's machine: the frontend's reason
+
+
+def test_the_prefix_lm_variant_masks_something_at_every_length():
+    """The prefix is 512 keys, at most half the sequence: at 256-512 tokens a prefix of 512 keys would be every key
+    (no mask at all, measured under the prefix-LM name); from 1024 tokens it is the 512 of the committed runs."""
+    sweep = _sweep()
+    for L in (128, 256, 512, 1024, 2048, 4096, 32768):
+        P = sweep.prefix_keys(L)
+        assert 0 < P < L and (P == 512) == (L >= 1024), (L, P)
