@@ -17,10 +17,13 @@ leaking across documents leaves the loss tenths of a nat behind or lets it diver
 The three columns train at once, each in its own process on the one GPU (the step times are not measured here;
 bench/convergence.py measures them, one column at a time).
 
-What it cannot see: an error that only reweights gradients. A softcap derivative taken as 1 (cap 30: tanh' is near 1
-where scores are small) and the backward's lse 0.7 too low on every other query row (those rows' dQ and dK doubled,
-still a descent direction) both trained inside the band (H200, cuDNN 9.19, 2026-11-29); the per-step checks against
-eager catch both (tests/test_score_expr.py, tests/test_ops.py's gradcheck).
+What it cannot see: a gradient error that leaves training going downhill. A softcap derivative taken as 1 (cap 30:
+tanh' is near 1 where scores are small) and the backward's lse 0.7 too low on every other query row (any lse error
+scales each row's gradient by a positive factor) both trained inside the band (H200, cuDNN 9.19, 2026-11-29); a
+learned bias's dBias with its sign flipped (flex-bias, the CPU reference target, 150 steps of a 2-layer model) moved
+the validation loss 0.007-0.017 nats where two seeds differed by 0.06-0.18. The per-step checks against eager catch
+all three (tests/test_score_expr.py, tests/test_ops.py's gradcheck, tests/test_convergence_bench.py's table
+gradient).
 """
 
 from __future__ import annotations
