@@ -52,8 +52,10 @@ def host_us(calls: dict, iters: int, repeats: int, setup: Callable = lambda name
             fn()
     torch.cuda.synchronize()
     runs: dict = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, fn in calls.items():
+    names = list(calls)
+    for r in range(repeats):  # each round starts with the next call: no call always runs first (or after another)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            fn = calls[name]
             setup(name)
             s0 = native.stats()
             t0 = time.perf_counter()
@@ -78,7 +80,7 @@ def kernel_us(fn: Callable, calls: int = 10) -> float:
                if e.device_type == torch.autograd.DeviceType.CUDA) / calls
 
 
-def op_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> list[dict]:
+def op_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log, rows: list) -> list[dict]:
     from te_compile.cudnn import native
     from te_compile.spec import AttentionSpec
 
@@ -88,7 +90,6 @@ def op_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log) -> li
     aten_bwd = torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default
     # the overloads themselves, as a compiled graph calls them (and as aten's are called here)
     te_fwd, te_bwd = torch.ops.te_compile.attn_fwd.default, torch.ops.te_compile.attn_bwd.default
-    rows = []
     for causal in (False, True):
         variant = "causal" if causal else "none"
         spec = AttentionSpec(mask=variant).key()
@@ -147,7 +148,8 @@ def _through_inductor(backend: Callable) -> Callable:
     return compile_
 
 
-def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log, train: bool = False) -> list[dict]:
+def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log, rows: list, train: bool = False,
+              flush: Callable = lambda: None) -> list[dict]:
     """Compiled flex calls: forward only (no grad), or with ``train`` a forward and a backward
     (``torch.autograd.grad``, so no gradient accumulates) per call."""
     import te_compile
@@ -164,7 +166,6 @@ def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log, tra
     W = min(1024, L // 4)
     masks = {"none": None, "causal": lambda b, h, q, kv: q >= kv,
              "sliding window": lambda b, h, q, kv: (q >= kv) & (q - kv <= W), "softcap": None}
-    rows = []
     for variant, mask in masks.items():
         bm = create_block_mask(mask, 1, 1, L, L, device="cuda") if mask is not None else None
         score = (lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0)) if variant == "softcap" else None
@@ -199,6 +200,7 @@ def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log, tra
                            counts=counts)
             for name, call in calls.items():
                 rows.append(_row(name, (B, H, L, D), variant, host[name], call, log, counts.get(name)))
+        flush()
     return rows
 
 
@@ -216,14 +218,18 @@ def main() -> int:
     from te_compile.cudnn import native
     print(f"native call path: {native.enable()}", flush=True)
     log = lambda s: print(s, flush=True)  # noqa: E731
-    rows = []
+    rows: list = []
+
+    def flush(complete: bool = False) -> None:  # the JSON after every variant: a run cut short keeps its rows
+        if a.json:
+            save(a.json, rows, a.iters, a.repeats, complete)
     for shape in a.shapes.split(";"):
         B, H, L, D = (int(x) for x in shape.split(","))
-        rows += op_rows(B, H, L, D, a.iters, a.repeats, log)
-        rows += flex_rows(B, H, L, D, a.iters, a.repeats, log)
-        rows += flex_rows(B, H, L, D, a.iters, a.repeats, log, train=True)
-    if a.json:
-        save(a.json, rows, a.iters, a.repeats)
+        op_rows(B, H, L, D, a.iters, a.repeats, log, rows)
+        flush()
+        flex_rows(B, H, L, D, a.iters, a.repeats, log, rows, flush=flush)
+        flex_rows(B, H, L, D, a.iters, a.repeats, log, rows, train=True, flush=flush)
+    flush(complete=True)
     return 0
 
 
@@ -238,13 +244,14 @@ def _cpu() -> str:
     return platform.processor()
 
 
-def save(path: str, rows: list, iters: int, repeats: int) -> None:
+def save(path: str, rows: list, iters: int, repeats: int, complete: bool = True) -> None:
+    """The rows so far; ``complete``: False while the run goes on (a JSON left by a run cut short says so)."""
     from te_compile.cudnn import native
     from te_compile.cudnn.versions import running
     meta = {"device": torch.cuda.get_device_name(), "host": f"{_cpu()}, {os.cpu_count()} cores",
             "torch": torch.__version__, "cudnn": running(), "native": native.status(),
             "date": datetime.date.today().isoformat(), "iters": iters, "repeats": repeats,
-            "command": record.command("bench/host_time.py")}
+            "command": record.command("bench/host_time.py"), "complete": complete}
     record.write(path, {**meta, "rows": rows})
 
 

@@ -1,0 +1,39 @@
+"""bench/host_time.py's alternating rounds (CPU: the order only; the timings need CUDA)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(__file__)
+BENCH = os.path.join(HERE, "..", "bench")
+
+
+def _host_time():
+    sys.path.insert(0, BENCH)  # the script imports its neighbours (record, sweep) as a script does
+    try:
+        spec = importlib.util.spec_from_file_location("bench_host_time", os.path.join(BENCH, "host_time.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(BENCH)
+
+
+def test_each_round_starts_with_the_next_call(monkeypatch):
+    """No call always runs first in its round (with a fixed order, each later column of a round measured a few µs
+    faster than the one before it on an H200, 2026-11-29: order, not code): over as many rounds as calls, each call
+    leads one round and the order within a round stays the calls' order."""
+    ht = _host_time()
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.syspath_prepend(BENCH)
+    order: list[str] = []
+    calls = {n: (lambda n=n: order.append(n)) for n in ("a", "b", "c")}
+    got = ht.host_us(calls, iters=1, repeats=3)
+    assert set(got) == {"a", "b", "c"}
+    timed = order[9:]  # after the 3 warm-up calls of each
+    rounds = [timed[i:i + 3] for i in range(0, 9, 3)]
+    assert rounds == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
