@@ -15,8 +15,9 @@ JSON records the count). Its attention is one of
   from the stream's file boundaries, and every step builds a new BlockMask with create_block_mask, as a
   pretraining loader does;
 * ``flex-bias``: flex_attention with a causal BlockMask and a learned bias per head and query - key offset (a
-  ``[heads, 2 * seq - 1]`` table per layer, zero at first, gathered in the score_mod): te_compile materializes it
-  as an attention bias and cuDNN computes its gradient (dBias);
+  ``[heads, 2 * seq - 1]`` table per layer, zero at first, gathered in the score_mod) and no rotary embedding
+  (T5-style: the tables are the model's only position signal, so a wrong dBias shows in the loss): te_compile
+  materializes it as an attention bias and cuDNN computes its gradient (dBias);
 * ``sdpa``: F.scaled_dot_product_attention with is_causal=True.
 
 Data: byte-level language modelling on the Python sources of the running interpreter's site-packages (``*.py``,
@@ -254,7 +255,8 @@ class Block(nn.Module):
     def forward(self, x, cos, sin, block_mask):
         B, L, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(B, L, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.kind != "flex-bias":  # T5-style: the learned table is the only position signal
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         a = self.attend(q, k, v, block_mask)
         x = x + self.proj(a.transpose(1, 2).reshape(B, L, d))
         g, u = self.gate_up(self.norm2(x)).chunk(2, -1)

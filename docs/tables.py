@@ -408,12 +408,12 @@ def render_summary(link_prefix: str) -> str:
         f"{_span([r['ratio'] for rows in long for r in rows if r['served']])}x, geometric mean "
         f"{_span([_geomean([r['ratio'] for r in rows]) for rows in long])}x), and for an SDPA bias that needs a "
         f"gradient ({_span([r['ratio'] for r in bias])}x). Plain SDPA runs the same cuDNN kernels as torch.compile "
-        "and is kept. Masks of key intervals run on cuDNN's interval kernels (a static mask such as prefix-LM from 256 "
-        "tokens: 1.05-1.54x at 256-2048, 1.60x at 4096; document ids from 4096, where documents and sink + local are "
+        "and is kept. Masks of key intervals run on cuDNN's interval kernels (a static mask such as prefix-LM from 128 "
+        "tokens: 1.05-1.54x at 128-2048, 1.60x at 4096; document ids from 4096, where documents and sink + local are "
         "host-bound, their kernels 1.51-1.69x; 1.43-1.65x at 32768; a packed-document model step that builds a new "
-        "mask every step measured level with torch.compile). Steps of 256-1024 tokens are host-bound, and "
+        "mask every step measured level with torch.compile). Steps of 128-1024 tokens are host-bound, and "
         "the native call path spends less host time per call than Inductor's code: plain, causal and score_mod sites "
-        "are served from 256 tokens (0.97-1.80x at 256-512 tokens, paired rounds). Models' sliding windows of 512 keys measured no faster "
+        "are served from 128 tokens (1.09-2.19x at 128 tokens, 0.97-1.80x at 256-512, paired rounds). Models' sliding windows of 512 keys measured no faster "
         "and stay with torch.compile."])
 
 
@@ -1079,7 +1079,8 @@ def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
 #: --flash, after te_compile.runtime.direct landed)
 DEFAULT_SWEEPS = tuple(tuple(f"docs/data/sweep-flex-default-h200-919-{s}.json" for s in shape) for shape in (
     ("2026-11-29-2x16x4096x128",), ("2026-11-28-1x32x4096x128x8",), ("2026-11-28-1x16x16384x128-part1", "2026-11-28-1x16x16384x128-part2"),
-    ("2026-11-29-8x16x1024x64",), ("2026-11-29-1x8x512x64",), ("2026-11-29-1x1x256x64",)))
+    ("2026-11-29-8x16x1024x64",), ("2026-11-29-1x8x512x64",), ("2026-11-29-1x1x256x64",), ("2026-11-29-16x16x128x64",),
+    ("2026-11-29-1x8x128x64",)))
 #: Hugging Face models at 1x8192 under the default policy, in the order they ran (a later file's model replaces an
 #: earlier row of it)
 HF_DEFAULT = ("docs/data/hf-default-1x8192-h200-919-2026-11-28.json",

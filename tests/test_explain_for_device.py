@@ -42,12 +42,12 @@ def test_a_bfloat16_model_would_be_served():
 
 
 def test_the_speed_rules_decide_too():
-    """At 256 tokens the rules keep plain SDPA (torch's own kernel) and serve the softcap flex call; at 128 tokens
+    """At 256 tokens the rules keep plain SDPA (torch's own kernel) and serve the softcap flex call; at 64 tokens
     (not measured) they keep both."""
     report = te_compile.explain(_model, *_qkv(torch.bfloat16), for_device="cuda", serve="fastest")
     assert [d.runs_on for d in report.decisions] == ["kept", "cudnn"], str(report)
-    assert "served: a non-linear score_mod, cuDNN faster from 256 tokens" in str(report), str(report)
-    short = [torch.randn(1, 4, 128, 64, dtype=torch.bfloat16) for _ in range(3)]
+    assert "served: a non-linear score_mod, cuDNN faster from 128 tokens" in str(report), str(report)
+    short = [torch.randn(1, 4, 64, 64, dtype=torch.bfloat16) for _ in range(3)]
     report = te_compile.explain(_model, *short, for_device="cuda", serve="fastest")
     assert all(d.runs_on == "kept" and d.reason.startswith("kept for speed") for d in report.decisions), str(report)
 
@@ -120,7 +120,7 @@ def test_a_flex_training_model_for_cuda_without_the_frontend(tmp_path):
     assert lines[1] == "  (decided for a CUDA GPU here: support from te_compile's own rules (no cuDNN frontend))"
     row = lines[3].split()
     assert "q,k,v" in row and row[-1] == "cudnn" and "tanh(score" in lines[3] and "q_idx >= kv_idx" in lines[3]
-    assert lines[4] == "   served: a non-linear score_mod, cuDNN faster from 256 tokens", r.stdout
+    assert lines[4] == "   served: a non-linear score_mod, cuDNN faster from 128 tokens", r.stdout
     assert "backward" not in r.stderr and "Traceback" not in r.stderr
 
 
@@ -197,11 +197,11 @@ def _interval_site(name: str, L: int):
     return d
 
 
-@pytest.mark.parametrize("name, cls, short", [("prefix-LM", "flex intervals", 128),
+@pytest.mark.parametrize("name, cls, short", [("prefix-LM", "flex intervals", 64),
                                                ("documents", "flex intervals, document ids", 1024)])
 def test_a_mask_of_key_intervals_is_decided_for_the_interval_kernels(monkeypatch, name, cls, short):
     """A mask cuDNN's interval kernels take, decided for a GPU (a te_compile[cuda] install: the frontend's CuTe DSL,
-    the native call path): served there from its rule's length on (a static mask from 256 tokens, document ids from
+    the native call path): served there from its rule's length on (a static mask from 128 tokens, document ids from
     4096); below it kept by their rule, which names them (serve="always" runs it there), not by the graph path's
     reason. Where the kernels cannot run, the graph path's keep names why."""
     need = rules.RULES[cls].min_tokens
@@ -218,7 +218,7 @@ def test_a_mask_of_key_intervals_is_decided_for_the_interval_kernels(monkeypatch
     assert d.runs_on == "kept" and d.reason.endswith("; cuDNN's interval kernels: no CuTe DSL (test)"), d.reason
 
 
-@pytest.mark.parametrize("mode, says", [(None, "served by the rule for flex native band (from 256 tokens)"),
+@pytest.mark.parametrize("mode, says", [(None, "served by the rule for flex native band (from 128 tokens)"),
                                         ("reduce-overhead", "served by the rule for flex native band under CUDA "
                                                             "graphs (from 1024 tokens)")])
 def test_a_site_served_by_a_rule_names_the_rule_with_and_without_cuda_graphs(mode, says):

@@ -229,7 +229,7 @@ def test_without_a_measurement_the_rule_decides_and_says_so(monkeypatch):
     big = _meta(2, 16, 4096, 128)
     assert tuning.speed_reason(big, big, big, None, softcap, True, False) is None  # the rule serves it
     note = tuning.served_note(softcap, big)
-    assert note.startswith("served by the rule for flex score_mod (from 256 tokens)") and "not measured here" in note
+    assert note.startswith("served by the rule for flex score_mod (from 128 tokens)") and "not measured here" in note
 
 
 def test_a_forced_class_is_served_or_kept_whatever_its_rule(monkeypatch):

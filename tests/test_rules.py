@@ -69,7 +69,7 @@ CITED = [(cls, r) for cls, r in rules.RULES.items() if r.cites]
 
 def test_a_forward_without_gradients_follows_the_training_threshold():
     """A sliding window of 1024 keys: kept at 3072 tokens, served from 4096, with or without gradients; at 1024
-    tokens it covers every key (a causal band, served from 256); the reason names the rule and its threshold."""
+    tokens it covers every key (a causal band, served from 128); the reason names the rule and its threshold."""
     spec = AttentionSpec(source="flex", scale=0.1, mask_mod="(and (ge q_idx kv_idx) (le (sub q_idx kv_idx) 1024))")
     big, mid, small = _t(2, 16, 4096, 128), _t(2, 16, 3072, 128), _t(2, 16, 1024, 128)
     for needs_grad in (True, False):
@@ -78,7 +78,7 @@ def test_a_forward_without_gradients_follows_the_training_threshold():
             "served by the rule for flex narrow band (from 4096 tokens)")
         assert "3072 tokens, served from 4096" in rules.slower_reason(mid, mid, mid, None, spec, needs_grad, False)
         assert rules.decide(small, small, small, None, spec, needs_grad, False)[1].startswith(
-            "served by the rule for flex native band (from 256 tokens)")
+            "served by the rule for flex native band (from 128 tokens)")
 
 
 def test_a_window_of_fewer_than_1024_keys_is_kept_at_every_length():
@@ -229,8 +229,9 @@ def _qkv(B, H, L, D, Hkv=None):
     ((1, 8, 512, 64), AttentionSpec(source="flex", score=SOFTCAP), True),
     ((8, 16, 1024, 64), AttentionSpec(source="flex", mask_mod=CAUSAL), True),
     ((1, 1, 256, 64), AttentionSpec(source="flex"), True),
-    # below 256 tokens nothing was measured -> kept; ALiBi + causal and the prefix split stay kept at 1024
-    ((1, 1, 128, 64), AttentionSpec(source="flex", score=SOFTCAP), False),
+    ((1, 8, 128, 64), AttentionSpec(source="flex", score=SOFTCAP), True),
+    # below 128 tokens nothing was measured -> kept; ALiBi + causal and the prefix split stay kept at 1024
+    ((1, 1, 64, 64), AttentionSpec(source="flex", score=SOFTCAP), False),
     ((8, 16, 1024, 64), AttentionSpec(source="flex", score=ALIBI, n_inputs=1, mask_mod=CAUSAL), False),
     ((8, 16, 1024, 64), AttentionSpec(source="flex", mask_mod=PREFIX), False),
 ])
@@ -405,19 +406,19 @@ def test_the_native_call_path_is_possible_only_where_it_can_turn_on(monkeypatch)
     assert native.possible()
 
 
-def test_a_static_interval_mask_is_served_from_256_tokens_on_the_native_call_path_only(monkeypatch):
-    """A mask of key intervals without inputs (prefix-LM, sink + local) is served from 256 tokens where C++ launches
+def test_a_static_interval_mask_is_served_from_128_tokens_on_the_native_call_path_only(monkeypatch):
+    """A mask of key intervals without inputs (prefix-LM, sink + local) is served from 128 tokens where C++ launches
     the interval kernels, from 4096 where Python does (what the replay runs measured; shorter steps are host-bound);
-    below 256 tokens nothing was measured: kept."""
+    below 128 tokens nothing was measured: kept."""
     from te_compile.cudnn import native
 
     spec = AttentionSpec(source="flex", scale=0.1, mask_mod="(or (lt kv_idx 64) (ge q_idx kv_idx))", intervals=True)
-    short, tiny, long = _t(1, 8, 512, 64), _t(1, 8, 128, 64), _t(2, 16, 4096, 128)
+    short, tiny, long = _t(1, 8, 512, 64), _t(1, 8, 64, 64), _t(2, 16, 4096, 128)
     monkeypatch.setattr(native, "possible", lambda: True)
     serve, why = rules.decide(short, short, short, None, spec, True, False)
-    assert serve and why.startswith("served by the rule for flex intervals (from 256 tokens)"), why
+    assert serve and why.startswith("served by the rule for flex intervals (from 128 tokens)"), why
     serve, why = rules.decide(tiny, tiny, tiny, None, spec, True, False)
-    assert not serve and "128 tokens, served from 256" in why, why
+    assert not serve and "64 tokens, served from 128" in why, why
     monkeypatch.setattr(native, "possible", lambda: False)
     serve, why = rules.decide(short, short, short, None, spec, True, False)
     assert not serve and "flex intervals, from Python" in why and "served from 4096" in why, why

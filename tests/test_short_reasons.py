@@ -113,10 +113,10 @@ def test_real_reasons_read_short(monkeypatch):
 def test_a_rule_decision_reads_short_and_keeps_its_evidence():
     def softcap(q, k, v):
         return flex_attention(q, k, v, score_mod=lambda s, b, h, q_, kv: 30.0 * torch.tanh(s / 30.0))
-    qkv = [torch.randn(1, 2, 128, 64, dtype=torch.bfloat16) for _ in range(3)]
+    qkv = [torch.randn(1, 2, 64, 64, dtype=torch.bfloat16) for _ in range(3)]
     report = te_compile.explain(softcap, *qkv, for_device="cuda", serve="fastest")
     (row,) = report.to_dict()["sites"]
-    assert row["why"] == "kept for speed: a non-linear score_mod, 128 tokens (cuDNN faster from 256)", row["why"]
+    assert row["why"] == "kept for speed: a non-linear score_mod, 64 tokens (cuDNN faster from 128)", row["why"]
     assert row["reason"].startswith("kept for speed by the rule for flex score_mod") and "1.10-2.58x" in row["reason"]
     assert f"   {row['why']}" in str(report).splitlines()
     assert "1.10-2.58x" in report.table(verbose=True) and "1.10-2.58x" not in str(report)
