@@ -43,7 +43,8 @@ columns what each attention site ran on and why; ``graphs``: the graphs Dynamo c
 and a PNG of the curves next to it when matplotlib imports. ``--parallel`` trains the columns at once, each
 in its own process on the one GPU (their compiles and
 host work overlap; no step times then). The summary line compares each te_compile column's
-final validation loss with the mean of the two torch.compile seeds, against the gap between those two seeds. ``--append`` adds columns to an existing JSON of the same config, so the columns can
+final validation loss with the mean of the two torch.compile seeds, against the gap between those two seeds, and its
+training curve with torch.compile's on the same seed (the mean absolute difference), against the other seed's. ``--append`` adds columns to an existing JSON of the same config, so the columns can
 run one command each.
 """
 
@@ -435,30 +436,47 @@ def run_columns_parallel(cfg: Config, columns: list[str], timeout: float | None 
         return dict(zip(columns, ex.map(lambda c: run_column(cfg, c, timeout), columns)))
 
 
+def same_seed_gap(a: dict, b: dict) -> float | None:
+    """The mean absolute difference of two columns' training curves (nats per byte), None unless both recorded the
+    same steps. Between te_compile and torch.compile on one seed (one initialisation, one data order) it measures
+    only what their kernels' rounding does to training; between the two seeds, what a change of seed does."""
+    ta, tb = a.get("train") or [], b.get("train") or []
+    if not ta or [s for s, _ in ta] != [s for s, _ in tb]:
+        return None
+    return sum(abs(x - y) for (_, x), (_, y) in zip(ta, tb)) / len(ta)
+
+
 def summary(results: dict) -> dict:
     """te_compile's final validation loss against torch.compile's two seeds: the gap to their mean, their own
-    gap, and whether each te_compile column lies inside [min, max] of the seeds widened by their gap."""
+    gap, and whether each te_compile column lies inside [min, max] of the seeds widened by their gap; and each
+    column's training curve against torch.compile's on the same seed (``same_seed_gap``; for torch.compile-B, the
+    other seed's)."""
     tc = [results[c]["final_val"] for c in ("torch.compile", "torch.compile-B") if "final_val" in results.get(c, {})]
     out: dict = {"torch.compile_finals": tc}
+    base = results.get("torch.compile", {})
     if len(tc) == 2:
         mean, spread = sum(tc) / 2, abs(tc[0] - tc[1])
-        out.update({"torch.compile_mean": mean, "seed_gap": spread})
+        out.update({"torch.compile_mean": mean, "seed_gap": spread,
+                    "seed_curve_gap": same_seed_gap(results["torch.compile-B"], base)})
         for c in ("te_compile", "always", "eager"):
             if "final_val" in results.get(c, {}):
                 v = results[c]["final_val"]
                 out[c] = {"final_val": v, "gap_to_mean": v - mean,
-                          "inside_spread": min(tc) - spread <= v <= max(tc) + spread}
+                          "inside_spread": min(tc) - spread <= v <= max(tc) + spread,
+                          "same_seed_gap": same_seed_gap(results[c], base)}
     return out
 
 
 def summary_line(s: dict) -> str:
     if "seed_gap" not in s:
         return "summary: needs both torch.compile seeds"
+    curve = lambda g: "" if g is None else f", curve {g:.4f} from torch.compile's"  # noqa: E731
     parts = [f"torch.compile seeds {s['torch.compile_finals'][0]:.4f} / {s['torch.compile_finals'][1]:.4f} "
-             f"(gap {s['seed_gap']:.4f})"]
+             f"(gap {s['seed_gap']:.4f}{curve(s.get('seed_curve_gap'))})"]
     for c in ("te_compile", "always", "eager"):
         if c in s:
-            parts.append(f"{c} {s[c]['final_val']:.4f} (gap to mean {s[c]['gap_to_mean']:+.4f})")
+            parts.append(f"{c} {s[c]['final_val']:.4f} (gap to mean {s[c]['gap_to_mean']:+.4f}"
+                         f"{curve(s[c].get('same_seed_gap'))})")
     return "summary: " + "; ".join(parts)
 
 

@@ -105,6 +105,18 @@ def test_summary_compares_with_the_seed_spread():
     assert "seed_gap" not in conv.summary({"torch.compile": {"final_val": 1.0}})
 
 
+def test_the_same_seed_gap_is_the_mean_absolute_difference_of_the_training_curves():
+    a = {"final_val": 1.0, "train": [[10, 2.0], [20, 1.5], [30, 1.2]]}
+    te = {"final_val": 1.0, "train": [[10, 2.0], [20, 1.53], [30, 1.14]]}
+    b = {"final_val": 1.02, "train": [[10, 2.1], [20, 1.4], [30, 1.3]]}
+    assert conv.same_seed_gap(te, a) == pytest.approx(0.03)
+    assert conv.same_seed_gap({"train": [[10, 2.0], [20, 1.5]]}, a) is None  # other steps: no comparison
+    s = conv.summary({"torch.compile": a, "torch.compile-B": b, "te_compile": te})
+    assert s["te_compile"]["same_seed_gap"] == pytest.approx(0.03) and s["seed_curve_gap"] == pytest.approx(0.1)
+    line = conv.summary_line(s)
+    assert "curve 0.0300 from torch.compile's" in line and "curve 0.1000 from torch.compile's" in line, line
+
+
 def test_smoke_run_writes_the_json(tmp_path):
     out = tmp_path / "conv.json"
     rc = conv.main(["--smoke", "--columns", "eager", "--steps", "2", "--val-every", "1", "--val-batches", "1",
