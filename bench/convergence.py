@@ -34,6 +34,8 @@ Columns (--columns), each in a fresh process (compile caches and RNG states do n
 ``te_compile`` (te_compile.backend(serve="fastest"), the default policy whatever TE_COMPILE_SERVE says),
 ``always`` (te_compile.backend(serve="always")), ``torch.compile`` (seed A), ``torch.compile-B`` (seed B: another
 initialisation and data order, the run-to-run spread), ``eager``. Every column but ``torch.compile-B`` uses seed A.
+``NAME#k`` (``torch.compile#2``, ``always#2``) trains column NAME again, same seed: what nondeterministic kernels
+(atomic adds, as in Inductor's gradient of a captured table) do to one seed's run.
 With --smoke the te_compile columns run target="reference" under inner="aot_eager" and the torch.compile columns
 use backend="aot_eager" (no C++ compiler needed), on the CPU.
 
@@ -43,8 +45,9 @@ columns what each attention site ran on and why; ``graphs``: the graphs Dynamo c
 and a PNG of the curves next to it when matplotlib imports. ``--parallel`` trains the columns at once, each
 in its own process on the one GPU (their compiles and
 host work overlap; no step times then). The summary line compares each te_compile column's
-final validation loss with the mean of the two torch.compile seeds, against the gap between those two seeds, and its
-training curve with torch.compile's on the same seed (the mean absolute difference), against the other seed's. ``--append`` adds columns to an existing JSON of the same config, so the columns can
+final validation loss with the mean of the torch.compile runs (both seeds and any repeats), against their spread,
+and its training curve with torch.compile's on the same seed (the mean absolute difference), against the other
+seed's. ``--append`` adds columns to an existing JSON of the same config, so the columns can
 run one command each.
 """
 
@@ -58,6 +61,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -336,11 +340,17 @@ def train(cfg: Config, column: str, corpus: dict | None = None, log=None) -> dic
         return _train(cfg, column, corpus, log)
 
 
+def base_column(column: str) -> str:
+    """The column a repeat (``NAME#k``) trains again."""
+    return column.split("#")[0]
+
+
 def _train(cfg: Config, column: str, corpus: dict, log) -> dict:
-    seed = SEED_B if column == "torch.compile-B" else SEED_A
+    kind = base_column(column)
+    seed = SEED_B if kind == "torch.compile-B" else SEED_A
     dev = torch.device(cfg.device)
     model = make_model(cfg, seed)
-    fn = compiled(model, column, cfg)
+    fn = compiled(model, kind, cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay,
                             **({"fused": True} if dev.type == "cuda" else {}))
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if cfg.autocast and dev.type == "cuda" else _null()
@@ -366,7 +376,7 @@ def _train(cfg: Config, column: str, corpus: dict, log) -> dict:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         t0 = time.perf_counter()
-        if step == 0 and column in ("te_compile", "always"):
+        if step == 0 and kind in ("te_compile", "always"):
             from te_compile.report import Report, record_reports
             with record_reports() as reports:
                 loss = loss_of(next(offsets), True)
@@ -447,19 +457,27 @@ def same_seed_gap(a: dict, b: dict) -> float | None:
 
 
 def summary(results: dict) -> dict:
-    """te_compile's final validation loss against torch.compile's two seeds: the gap to their mean, their own
-    gap, and whether each te_compile column lies inside [min, max] of the seeds widened by their gap; and each
-    column's training curve against torch.compile's on the same seed (``same_seed_gap``; for torch.compile-B, the
-    other seed's)."""
-    tc = [results[c]["final_val"] for c in ("torch.compile", "torch.compile-B") if "final_val" in results.get(c, {})]
+    """te_compile's final validation loss against torch.compile's runs (two seeds, and repeats of a seed where the
+    run has them): the gap to their mean, their spread (max - min), and whether each te_compile column (repeats
+    included) lies inside [min, max] of those runs widened by their spread; and each column's training curve
+    against torch.compile's on the same seed (``same_seed_gap``; for torch.compile-B, the other seed's)."""
+    tc_cols = [c for c in results if base_column(c) in ("torch.compile", "torch.compile-B")
+               and "final_val" in results[c]]
+    tc = [results[c]["final_val"] for c in tc_cols]
     out: dict = {"torch.compile_finals": tc}
+    if tc_cols:
+        out["torch.compile_columns"] = tc_cols
     base = results.get("torch.compile", {})
-    if len(tc) == 2:
-        mean, spread = sum(tc) / 2, abs(tc[0] - tc[1])
+    seeds = {base_column(c) for c in tc_cols}
+    if seeds == {"torch.compile", "torch.compile-B"}:
+        mean, spread = sum(tc) / len(tc), max(tc) - min(tc)
         out.update({"torch.compile_mean": mean, "seed_gap": spread,
-                    "seed_curve_gap": same_seed_gap(results["torch.compile-B"], base)})
-        for c in ("te_compile", "always", "eager"):
-            if "final_val" in results.get(c, {}):
+                    "seed_curve_gap": same_seed_gap(results.get("torch.compile-B", {}), base)})
+        repeats = [results[c]["final_val"] for c in tc_cols if base_column(c) == "torch.compile"]
+        if len(repeats) > 1:
+            out["repeat_spread"] = max(repeats) - min(repeats)  # one seed, run again
+        for c in results:
+            if base_column(c) in ("te_compile", "always", "eager") and "final_val" in results[c]:
                 v = results[c]["final_val"]
                 out[c] = {"final_val": v, "gap_to_mean": v - mean,
                           "inside_spread": min(tc) - spread <= v <= max(tc) + spread,
@@ -471,12 +489,14 @@ def summary_line(s: dict) -> str:
     if "seed_gap" not in s:
         return "summary: needs both torch.compile seeds"
     curve = lambda g: "" if g is None else f", curve {g:.4f} from torch.compile's"  # noqa: E731
-    parts = [f"torch.compile seeds {s['torch.compile_finals'][0]:.4f} / {s['torch.compile_finals'][1]:.4f} "
-             f"(gap {s['seed_gap']:.4f}{curve(s.get('seed_curve_gap'))})"]
-    for c in ("te_compile", "always", "eager"):
-        if c in s:
-            parts.append(f"{c} {s[c]['final_val']:.4f} (gap to mean {s[c]['gap_to_mean']:+.4f}"
-                         f"{curve(s[c].get('same_seed_gap'))})")
+    runs = " / ".join(f"{v:.4f}" for v in s["torch.compile_finals"])
+    rep = f", one seed again {s['repeat_spread']:.4f}" if "repeat_spread" in s else ""
+    parts = [f"torch.compile {'seeds' if len(s['torch.compile_finals']) == 2 else 'runs'} {runs} "
+             f"(gap {s['seed_gap']:.4f}{rep}{curve(s.get('seed_curve_gap'))})"]
+    for c, r in s.items():
+        if isinstance(r, dict) and "final_val" in r:
+            parts.append(f"{c} {r['final_val']:.4f} (gap to mean {r['gap_to_mean']:+.4f}"
+                         f"{curve(r.get('same_seed_gap'))})")
     return "summary: " + "; ".join(parts)
 
 
@@ -518,7 +538,8 @@ def plot(doc: dict, path: str) -> str | None:
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--attention", choices=ATTENTIONS)
-    ap.add_argument("--columns", default=",".join(COLUMNS), help="comma-separated, from: " + ", ".join(COLUMNS))
+    ap.add_argument("--columns", default=",".join(COLUMNS), help="comma-separated, from: " + ", ".join(COLUMNS)
+                    + "; NAME#2 .. NAME#9 trains NAME again on its seed")
     ap.add_argument("--steps", type=int)
     for name in ("layers", "hidden", "heads", "seq", "batch", "warmup", "train_every", "val_every", "val_batches",
                  "max_train_bytes"):
@@ -592,9 +613,10 @@ def main(argv=None) -> int:
         print("no CUDA device: run with --smoke for the CPU check")
         return 2
     columns = [c for c in a.columns.split(",") if c]
-    bad = [c for c in columns if c not in COLUMNS]
+    bad = [c for c in columns if base_column(c) not in COLUMNS or (c != base_column(c) and not
+                                                                    re.fullmatch(r"[^#]+#[2-9]", c))]
     if bad:
-        print(f"unknown columns {bad}; choose from {list(COLUMNS)}")
+        print(f"unknown columns {bad}; choose from {list(COLUMNS)}, or NAME#2 .. NAME#9 to train NAME again")
         return 2
     previous = None
     if a.append and os.path.exists(a.json):

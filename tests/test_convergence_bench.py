@@ -188,3 +188,29 @@ def test_the_learned_bias_gets_its_gradient_through_te_compile():
     torch._dynamo.reset()
     assert grads[0].abs().sum() > 0
     torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-6)
+
+
+def test_a_repeat_column_trains_its_column_again_on_the_same_seed(tmp_path):
+    """``torch.compile#2`` is torch.compile once more (seed A; its own process): the summary counts it among the
+    torch.compile runs whose spread te_compile's loss is judged against, and reports the repeat's own spread."""
+    out = tmp_path / "conv.json"
+    rc = conv.main(["--smoke", "--columns", "torch.compile,torch.compile#2", "--steps", "2", "--val-every", "1",
+                    "--val-batches", "1", "--max-train-bytes", "100000", "--json", str(out)])
+    doc = json.loads(out.read_text())
+    a, b = doc["columns"]["torch.compile"], doc["columns"]["torch.compile#2"]
+    assert rc == 0 and a["seed"] == b["seed"] == conv.SEED_A
+    assert b["final_val"] == pytest.approx(a["final_val"], abs=1e-5)  # the CPU's kernels are deterministic
+    assert conv.main(["--smoke", "--columns", "torch.compile#1", "--json", str(tmp_path / "x.json")]) == 2
+    assert conv.main(["--smoke", "--columns", "nope#2", "--json", str(tmp_path / "x.json")]) == 2
+
+
+def test_the_spread_counts_every_torch_compile_run():
+    res = {"torch.compile": {"final_val": 1.00}, "torch.compile#2": {"final_val": 1.06},
+           "torch.compile-B": {"final_val": 1.02}, "always": {"final_val": 1.10}, "always#2": {"final_val": 1.13}}
+    s = conv.summary(res)
+    assert s["torch.compile_columns"] == ["torch.compile", "torch.compile#2", "torch.compile-B"]
+    assert s["seed_gap"] == pytest.approx(0.06) and s["repeat_spread"] == pytest.approx(0.06)
+    assert s["torch.compile_mean"] == pytest.approx(3.08 / 3)
+    assert s["always"]["inside_spread"] and not s["always#2"]["inside_spread"]  # band [0.94, 1.12]
+    line = conv.summary_line(s)
+    assert "runs 1.0000 / 1.0600 / 1.0200" in line and "one seed again 0.0600" in line and "always#2 1.1300" in line

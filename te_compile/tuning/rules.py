@@ -39,7 +39,7 @@ class Rule:
 
 
 #: cited runs (docs/data), native call path: default-policy sweeps at 128-1024 tokens, sweeps, default-policy sweeps; HF Mistral
-_SHORT = tuple(f"sweep-flex-default-h200-919-2026-11-29-{s}.json" for s in ("1x8x128x64", "16x16x128x64", "1x1x256x64", "1x8x512x64", "8x16x1024x64"))
+_SHORT = tuple(f"sweep-flex-default-h200-919-2026-11-29-{s}.json" for s in ("1x8x128x64", "1x8x128x64-rules", "16x16x128x64", "8x32x128x128x8", "16x16x128x64-infer", "1x1x256x64", "1x8x512x64", "8x16x1024x64"))
 _NATIVE = ("sweep-flex-train-h200-919-2026-11-28.json", "sweep-flex-train-h100-919-2026-11-28-1x32x4096x128x8.json", "sweep-flex-infer-h200-919-2026-11-28.json")
 _DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x32x4096x128x8", "1x16x16384x128-part1", "1x16x16384x128-part2"))
 _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8192-h200-927-2026-11-27-mistral.json", "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
