@@ -1,4 +1,4 @@
-"""Host time per call: te_compile's ops and compiled flex calls against aten's cuDNN SDPA and Inductor (GPU).
+"""Host time per call: te_compile's ops, compiled flex calls and a kept model against aten's cuDNN SDPA and Inductor (GPU).
 
     python3 bench/host_time.py [--shapes "2,16,4096,128;1,1,256,64"] [--json docs/data/host-time.json]
 
@@ -12,6 +12,8 @@ In one process, per shape:
   graph of only its ops directly), and te_compile with its site kept (serve="fastest" with every class kept: what a
   kept site costs), against plain torch.compile (Inductor), for no mask, causal, a sliding window and softcap;
   Inductor's call is measured twice, as two rows (A/A: the measurement's own noise).
+* (``--parts model``) a whole model of ``--model-layers`` decoder blocks (hidden H x D, causal flex and SDPA), a
+  training step per call, compiled whole: te_compile with every site kept against Inductor, measured twice.
 
 Host µs per call: a loop of --iters calls without a sync, timed on the host. The calls compared in one group
 (the op calls of one shape and mask; te_compile's and Inductor's compiled call of one variant) take turns, one
@@ -204,13 +206,85 @@ def flex_rows(B: int, H: int, L: int, D: int, iters: int, repeats: int, log, row
     return rows
 
 
+class _Block(torch.nn.Module):
+    """One decoder block of ``model_rows``' model: RMSNorm, q/k/v, causal attention (flex or SDPA), o, a SwiGLU."""
+
+    def __init__(self, H: int, D: int, attn: str, bm):
+        super().__init__()
+        from torch.nn.attention.flex_attention import flex_attention
+        hidden = H * D
+        self.H, self.D, self.attn, self.bm, self.flex = H, D, attn, bm, flex_attention
+        self.n1, self.n2 = torch.nn.RMSNorm(hidden), torch.nn.RMSNorm(hidden)
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden, bias=False)
+        self.o = torch.nn.Linear(hidden, hidden, bias=False)
+        self.up = torch.nn.Linear(hidden, 8 * hidden, bias=False)
+        self.down = torch.nn.Linear(4 * hidden, hidden, bias=False)
+
+    def forward(self, x):
+        B, L, _ = x.shape
+        q, k, v = self.qkv(self.n1(x)).view(B, L, 3, self.H, self.D).permute(2, 0, 3, 1, 4)
+        if self.attn == "sdpa":
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            a = self.flex(q, k, v, block_mask=self.bm)
+        x = x + self.o(a.transpose(1, 2).reshape(B, L, -1))
+        g, u = self.up(self.n2(x)).chunk(2, dim=-1)
+        return x + self.down(torch.nn.functional.silu(g) * u)
+
+
+def model_rows(B: int, H: int, L: int, D: int, layers: int, iters: int, repeats: int, log, rows: list,
+               flush: Callable = lambda: None) -> list[dict]:
+    """A whole model whose attention sites are all kept: ``layers`` decoder blocks (hidden H x D, causal attention,
+    flex with a BlockMask or SDPA), a training step (forward, backward into the parameters) per call, compiled whole.
+    te_compile's default with every class kept (its graphs are torch.compile's: what kept sites cost in a model, the
+    wrappers around them included) against plain torch.compile, measured twice (A/A)."""
+    import te_compile
+    from te_compile import tuning
+    from te_compile.tuning import rules
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    bm = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, L, L, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(B, L, H * D, device="cuda", dtype=torch.bfloat16, generator=g)
+    for attn in ("flex", "sdpa"):
+        calls = {}
+        torch._dynamo.reset()
+        for impl, backend in (("te_compile, every site kept", te_compile.backend(serve="fastest")),
+                              ("Inductor", "inductor")):
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(*(_Block(H, D, attn, bm) for _ in range(layers))).to("cuda", torch.bfloat16)
+            params = list(model.parameters())
+            compiled = torch.compile(model, backend=backend, dynamic=False)
+
+            def call(compiled=compiled, params=params):
+                return torch.autograd.grad(compiled(x).float().square().mean(), params)
+            kept = tuning.forcing({c: False for c in rules.RULES}) if impl.startswith("te_compile") else \
+                contextlib.nullcontext()
+            with kept:
+                call()
+            calls[f"compiled model train ({impl})"] = call
+        calls["compiled model train (Inductor, A/A)"] = calls["compiled model train (Inductor)"]
+        host = host_us(calls, iters, repeats)
+        for name, call in calls.items():
+            row = _row(f"{name}, {layers} layers", (B, H, L, D), f"{attn} causal", host[name], call, log)
+            rows.append({**row, "layers": layers})
+        flush()
+    return rows
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="2,16,4096,128;1,1,256,64", help="B,H,L,D shapes, ';'-separated")
     p.add_argument("--iters", type=int, default=50, help="calls per timed loop (default 50)")
     p.add_argument("--repeats", type=int, default=15, help="alternating rounds; each call keeps the median of its rounds (default 15)")
     p.add_argument("--json", default="", help="write the rows here (with the card, host and versions)")
+    p.add_argument("--model-layers", type=int, default=4,
+                   help="a whole model of this many blocks (hidden H x D) per shape, its sites kept (0: none)")
+    p.add_argument("--parts", default="ops,flex,model", help="which parts run per shape (comma-separated)")
     a = p.parse_args()
+    unknown = set(a.parts.split(",")) - {"ops", "flex", "model"}
+    if unknown:
+        p.error(f"--parts: unknown {', '.join(sorted(unknown))} (the parts are ops, flex, model)")
     if not torch.cuda.is_available():
         raise SystemExit("bench/host_time.py: no CUDA GPU here (torch.cuda.is_available() is False)")
     import torch._inductor.config as ic
@@ -225,10 +299,15 @@ def main() -> int:
             save(a.json, rows, a.iters, a.repeats, complete)
     for shape in a.shapes.split(";"):
         B, H, L, D = (int(x) for x in shape.split(","))
-        op_rows(B, H, L, D, a.iters, a.repeats, log, rows)
-        flush()
-        flex_rows(B, H, L, D, a.iters, a.repeats, log, rows, flush=flush)
-        flex_rows(B, H, L, D, a.iters, a.repeats, log, rows, train=True, flush=flush)
+        parts = a.parts.split(",")
+        if "ops" in parts:
+            op_rows(B, H, L, D, a.iters, a.repeats, log, rows)
+            flush()
+        if "flex" in parts:
+            flex_rows(B, H, L, D, a.iters, a.repeats, log, rows, flush=flush)
+            flex_rows(B, H, L, D, a.iters, a.repeats, log, rows, train=True, flush=flush)
+        if "model" in parts and a.model_layers:
+            model_rows(B, H, L, D, a.model_layers, a.iters, a.repeats, log, rows, flush=flush)
     flush(complete=True)
     return 0
 

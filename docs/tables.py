@@ -1074,12 +1074,16 @@ def render_native_sweeps(link_prefix: str, sweeps: tuple = None) -> str:
     return "\n".join(out)
 
 
+#: the interval kernels' rows (prefix-LM, document) below 4096 tokens under the rules, run with the CuTe DSL
+_IV = "sweep-flex-intervals-h200-919-2026-11-29"
 #: the default policy against the better of serve="always" and plain torch.compile, per shape (JSON files of one
-#: shape: one process each, in the order they ran); 2x16x4096x128 is the README headline's run (the same command with
-#: --flash, after te_compile.runtime.direct landed)
-DEFAULT_SWEEPS = tuple(tuple(f"docs/data/sweep-flex-default-h200-919-{s}.json" for s in shape) for shape in (
+#: shape, one process each; the first file with a variant gives its row); 2x16x4096x128 is the README headline's run
+#: (the same command with --flash, after te_compile.runtime.direct landed)
+DEFAULT_SWEEPS = tuple(tuple(f"docs/data/{s if s.startswith('sweep-') else 'sweep-flex-default-h200-919-' + s}.json"
+                             for s in shape) for shape in (
     ("2026-11-29-2x16x4096x128",), ("2026-11-28-1x32x4096x128x8",), ("2026-11-28-1x16x16384x128-part1", "2026-11-28-1x16x16384x128-part2"),
-    ("2026-11-29-8x16x1024x64",), ("2026-11-29-1x8x512x64",), ("2026-11-29-1x1x256x64",), ("2026-11-29-16x16x128x64",),
+    ("2026-11-29-8x16x1024x64",), (f"{_IV}-1x8x512x64-rules", "2026-11-29-1x8x512x64"),
+    (f"{_IV}-1x1x256x64-rules", "2026-11-29-1x1x256x64"), (f"{_IV}-16x16x128x64", "2026-11-29-16x16x128x64"),
     ("2026-11-29-1x8x128x64-rules", "2026-11-29-1x8x128x64"), ("2026-11-29-8x32x128x128x8",)))
 #: Hugging Face models at 1x8192 under the default policy, in the order they ran (a later file's model replaces an
 #: earlier row of it)

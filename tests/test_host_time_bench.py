@@ -37,3 +37,22 @@ def test_each_round_starts_with_the_next_call(monkeypatch):
     timed = order[9:]  # after the 3 warm-up calls of each
     rounds = [timed[i:i + 3] for i in range(0, 9, 3)]
     assert rounds == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+
+
+def test_the_model_part_runs_the_same_block_with_flex_or_sdpa():
+    """The whole-model part's two attention kinds are one computation: a block with flex and a causal BlockMask gives
+    eager SDPA's causal output (same weights, float32, CPU forward)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    ht = _host_time()
+    L = 128
+    bm = create_block_mask(lambda b, h, q, kv: q >= kv, 1, 1, L, L, device="cpu")
+    torch.manual_seed(0)
+    flex = ht._Block(2, 32, "flex", bm)
+    sdpa = ht._Block(2, 32, "sdpa", None)
+    sdpa.load_state_dict(flex.state_dict())
+    x = torch.randn(2, L, 64)
+    with torch.no_grad():
+        got, want = flex(x), sdpa(x)
+    assert got.shape == x.shape
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -159,7 +159,7 @@ def test_site_classes(spec, L, want):
     (AttentionSpec(mask="causal"), 1, "sdpa"),
     # a decoding mask (kv_idx <= q_idx + offset) as a BlockMask, or materialized as a bias: not unmasked decoding
     (AttentionSpec(source="flex", scale=0.1, block_q=128, block_kv=128), 1, "flex plain"),
-    (AttentionSpec(source="flex", scale=0.1, empty_rows=True), 16, "flex plain"),
+    (AttentionSpec(source="flex", scale=0.1, empty_rows=True), 16, "flex mask as a bias"),
 ])
 def test_a_few_queries_against_a_long_cache_are_decoding(spec, L, want):
     """Decoding (at most 16 query tokens against a KV cache of 32768 keys) is a class of its own: served where flex has
@@ -319,6 +319,28 @@ def test_bottom_right_band_with_fewer_queries_is_kept():
         assert rules.slower_reason(q, k, v, None, spec, True, False, graphs) is not None
     q, k, v = _qkv(2, 16, 4096, 128)
     assert rules.slower_reason(q, k, v, None, AttentionSpec(source="flex", mask_mod=CAUSAL), True, False, True) is None
+
+
+def test_a_gathering_mask_carried_as_a_bias_is_kept():
+    """Document ids at 128 tokens (one tile: no block of the BlockMask to skip) that the rule for the interval kernels
+    keeps for speed are not served as a dense 0/-inf bias on the graph path instead: that is a class of its own, kept at
+    every length (cuDNN reads the bias and computes every tile), not the plain class served from 128 tokens."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    L = 128
+    docs = torch.arange(L) // (L // 4)
+    bm = create_block_mask(lambda b, h, q_, kv: (docs[q_] == docs[kv]) & (q_ >= kv), 1, 1, L, L, device="cpu")
+    q, k, v = (torch.randn(16, 16, L, 64, dtype=torch.bfloat16) for _ in range(3))
+    report = te_compile.explain(lambda q, k, v: flex_attention(q, k, v, block_mask=bm), q, k, v, for_device="cuda",
+                                train=True, serve="fastest")
+    (site,) = report.decisions
+    assert site.runs_on == "kept" and category(site.reason) == SLOWER, str(report)
+    # the interval kernels' rule keeps it for speed (from 4096 tokens); the graph path's dense bias is not served
+    assert "document ids" in str(site.reason), str(report)
+    for graphs in (False, True):
+        spec = AttentionSpec(source="flex", scale=0.1, mask_mod="(ge q_idx kv_idx)", empty_rows=True)
+        assert rules.site_class(spec, False, False, 8192, 8192, 16) == "flex mask as a bias"
+        assert rules.slower_reason(*_qkv(1, 16, 8192, 128), None, spec, True, False, graphs) is not None
 
 
 def test_under_cuda_graphs_only_the_kernels_count():

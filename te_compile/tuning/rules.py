@@ -46,7 +46,7 @@ _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8
 _FLEX = _SHORT + _NATIVE + _DEFAULT
 _MASKS = tuple(f"masks-default-h200-919-2026-11-29-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))
 _MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS, ("flex document4", "flex document16"))
-_INTERVALS_SHORT = (("sweep-flex-default-h200-919-2026-11-29-1x8x128x64.json",) + tuple(f"sweep-flex-intervals-h200-919-2026-11-29-{s}.json" for s in ("1x1x256x64", "1x8x512x64", "16x16x512x64", "8x16x1024x64", "4x16x1024x128", "2x16x2048x128")), ("flex prefix-LM",))
+_INTERVALS_SHORT = (("sweep-flex-default-h200-919-2026-11-29-1x8x128x64.json",) + tuple(f"sweep-flex-intervals-h200-919-2026-11-29-{s}.json" for s in ("16x16x128x64", "1x1x256x64", "1x1x256x64-rules", "1x8x512x64", "1x8x512x64-rules", "16x16x512x64", "8x16x1024x64", "4x16x1024x128", "2x16x2048x128")), ("flex prefix-LM",))
 _DECODE = "decode-h200-919-2026-11-29.json"
 _REPLAY = tuple(f"masks-replay-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))  # the interval kernels launched from Python
 
@@ -57,15 +57,12 @@ RULES: dict[str, Rule] = {
         short="SDPA with a mask (torch's own cuDNN kernel)"),
     "sdpa learned bias": Rule(4096, 4096, "torch falls back to its efficient kernel for a bias with a gradient: 1.80-2.07x steps from 4096 tokens, none faster at 1024", (("sweep-sdpa-h200-2026-11-26.json", ("sdpa learned bias",)),),
         short="a learned SDPA bias"),
-    "flex plain": Rule(128, 512, "cuDNN's kernels 1.26-1.44x Inductor's from 1024 tokens (0.95-1.04x at 128-512); training "
-                       "steps 1.28-2.43x from 128 tokens (native call path: less host time per call)", ((_FLEX, ("flex none",)),),
+    "flex plain": Rule(128, 512, "cuDNN's kernels 1.26-1.44x Inductor's from 1024 tokens (0.95-1.04x at 128-512); training steps 1.28-2.43x from 128 tokens (native call path: less host time per call)", ((_FLEX, ("flex none",)),),
         short="flex without a mask"),
-    "flex native band": Rule(128, 1024, "a causal band on cuDNN's diagonal band: training steps 1.15-1.78x from 128 tokens "
-                             "(native call path); kernels 1.26-1.63x from 1024 tokens, 0.81-1.01x at 128-512", ((_FLEX, ("flex causal",)),),
+    "flex native band": Rule(128, 1024, "a causal band on cuDNN's diagonal band: training steps 1.15-1.78x from 128 tokens (native call path); kernels 1.26-1.63x from 1024 tokens, 0.81-1.01x at 128-512", ((_FLEX, ("flex causal",)),),
         short="a causal band"),
-    "flex narrow band": Rule(4096, 1024, "a band narrower than causal (a sliding window): training steps 1.01-1.55x from 4096 "
-                             "tokens, kernels 1.28-1.51x; the sweeps' window of 1024 keys is a causal band up to 2048 "
-                             "tokens (steps 1.33-1.82x at 128-1024); not measured between 2048 and 4096", ((_FLEX, ("flex sliding <=", "flex sliding <")),), short="a sliding window"),
+    "flex narrow band": Rule(4096, 1024, "a band narrower than causal (a sliding window): training steps 1.01-1.55x from 4096 tokens, kernels 1.28-1.51x; the sweeps' window of 1024 keys is a causal band up to 2048 tokens (steps 1.33-1.82x at 128-1024); not measured between 2048 and 4096", ((_FLEX, ("flex sliding <=", "flex sliding <")),),
+        short="a sliding window"),
     "flex narrow window": Rule(None, None, "a sliding window of fewer than 1024 keys per query (Mistral's and "
                                "Gemma-3's 512): whole Mistral models at 8192 tokens with every such site served ran "
                                "0.94-1.02x of torch.compile in training and 0.95-1.05x in inference (H100, H200); not "
@@ -83,7 +80,7 @@ RULES: dict[str, Rule] = {
     "flex prefix split": Rule(8192, 8192, "the prefix-LM split (two native calls and a merge): training steps "
                               "0.39-0.73x at 1024-4096 tokens (kernels 0.72-1.10x), 1.20x at 16384 (kernels 1.21x)",
                               ((_FLEX, ("flex prefix-LM",)),), short="the prefix-LM split"),
-    "flex intervals": Rule(128, None, "cuDNN's interval kernels (prefix-LM, sink + local): prefix-LM (512 prefix keys: every key below 1024 tokens) steps 1.05-1.54x at 128-2048 tokens (kernels 1.17-1.31x at 32-256 batch x heads, 0.76-0.87x at 1-8 where the step is host-bound), 1.54-1.57x at 4096, 1.42-1.54x at 32768; forward-only 1.68-1.85x", (_INTERVALS_SHORT, _MASKS_STATIC),
+    "flex intervals": Rule(128, None, "cuDNN's interval kernels (prefix-LM, sink + local): prefix-LM (512 prefix keys: every key below 1024 tokens) steps 1.05-1.54x at 128-2048 tokens (kernels 1.17-1.31x from 512 tokens at 32-256 batch x heads; 0.76-0.87x at 1-8 batch x heads and at 128 tokens, where the step is host-bound), 1.54-1.57x at 4096, 1.42-1.54x at 32768; forward-only 1.68-1.85x", (_INTERVALS_SHORT, _MASKS_STATIC),
         short="a mask of key intervals"),
     "flex intervals, from Python": Rule(4096, None, "cuDNN's interval kernels launched from Python (no native call path): prefix-LM and sink + local steps 1.13-1.58x at 4096 tokens, 1.43-1.54x at 32768; not measured below 4096", ((_REPLAY, ("flex prefix-LM", "flex sink+local")),),
         short="a mask of key intervals, from Python"),
@@ -101,6 +98,8 @@ RULES: dict[str, Rule] = {
         short="SDPA decoding, no mask"),
     "flex decoding": Rule(1, 1, "at most 16 query tokens against a KV cache, no mask_mod: calls 2.96-3.08x of Inductor's flex decoding at 1024 keys, 6.1-28x at 32768 (kernels)", ((_DECODE, ("flex",)),),
         short="flex decoding, no mask"),
+    "flex mask as a bias": Rule(None, None, "a mask_mod that gathers (document ids, a cache offset) where the interval kernels do not take it runs as a dense 0/-inf bias: cuDNN reads it and computes every tile; document ids at 16x16x128x64 (one tile, nothing to skip) steps 0.75x of torch.compile served, decoding with a bottom-right BlockMask 0.15-0.58x",
+        short="a mask carried as a bias"),
     "flex gathered bias": Rule(4096, 4096, "a relative-position table gathered into a bias: 2.2x steps, as SDPA's "
                                "learned bias (from 4096 tokens)",
         short="a gathered bias"),
@@ -118,6 +117,8 @@ def site_class(spec: AttentionSpec, has_bias: bool, need_dbias: bool, L: int, S:
         if not has_bias:
             return "sdpa decoding" if L <= DECODING and spec.mask == "none" else "sdpa"
         return "sdpa learned bias" if need_dbias else "sdpa mask"
+    if spec.empty_rows:  # a gathering mask_mod materialized as a dense 0/-inf bias (te_compile.passes.flex)
+        return "flex mask as a bias"
     if not has_bias and prefix.split(spec, L, S) is not None:
         return "flex prefix split"
     lw = lower(spec, (L, S), heads=H)
