@@ -1081,7 +1081,7 @@ _IV = "sweep-flex-intervals-h200-919-2026-11-29"
 #: (the same command with --flash, after te_compile.runtime.direct landed)
 DEFAULT_SWEEPS = tuple(tuple(f"docs/data/{s if s.startswith('sweep-') else 'sweep-flex-default-h200-919-' + s}.json"
                              for s in shape) for shape in (
-    ("2026-11-29-2x16x4096x128",), ("2026-11-28-1x32x4096x128x8",), ("2026-11-28-1x16x16384x128-part1", "2026-11-28-1x16x16384x128-part2"),
+    ("2026-11-29-2x16x4096x128",), (f"{_IV}-1x32x4096x128x8", "2026-11-28-1x32x4096x128x8"), ("2026-11-28-1x16x16384x128-part1", "2026-11-28-1x16x16384x128-part2"),
     ("2026-11-29-8x16x1024x64",), (f"{_IV}-1x8x512x64-rules", "2026-11-29-1x8x512x64"),
     (f"{_IV}-1x1x256x64-rules", "2026-11-29-1x1x256x64"), (f"{_IV}-16x16x128x64", "2026-11-29-16x16x128x64"),
     ("2026-11-29-1x8x128x64-rules", "2026-11-29-1x8x128x64"), ("2026-11-29-8x32x128x128x8",)))

@@ -46,7 +46,8 @@ _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8
 _FLEX = _SHORT + _NATIVE + _DEFAULT
 _MASKS = tuple(f"masks-default-h200-919-2026-11-29-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))
 _MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS, ("flex document4", "flex document16"))
-_INTERVALS_SHORT = (("sweep-flex-default-h200-919-2026-11-29-1x8x128x64.json",) + tuple(f"sweep-flex-intervals-h200-919-2026-11-29-{s}.json" for s in ("16x16x128x64", "1x1x256x64", "1x1x256x64-rules", "1x8x512x64", "1x8x512x64-rules", "16x16x512x64", "8x16x1024x64", "4x16x1024x128", "2x16x2048x128")), ("flex prefix-LM",))
+_DOCS_GQA = (("sweep-flex-intervals-h200-919-2026-11-29-1x32x4096x128x8.json",), ("flex document",))
+_INTERVALS_SHORT = (("sweep-flex-default-h200-919-2026-11-29-1x8x128x64.json",) + tuple(f"sweep-flex-intervals-h200-919-2026-11-29-{s}.json" for s in ("16x16x128x64", "1x1x256x64", "1x1x256x64-rules", "1x8x512x64", "1x8x512x64-rules", "16x16x512x64", "8x16x1024x64", "4x16x1024x128", "2x16x2048x128", "1x32x4096x128x8")), ("flex prefix-LM",))
 _DECODE = "decode-h200-919-2026-11-29.json"
 _REPLAY = tuple(f"masks-replay-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))  # the interval kernels launched from Python
 
@@ -84,7 +85,7 @@ RULES: dict[str, Rule] = {
         short="a mask of key intervals"),
     "flex intervals, from Python": Rule(4096, None, "cuDNN's interval kernels launched from Python (no native call path): prefix-LM and sink + local steps 1.13-1.58x at 4096 tokens, 1.43-1.54x at 32768; not measured below 4096", ((_REPLAY, ("flex prefix-LM", "flex sink+local")),),
         short="a mask of key intervals, from Python"),
-    "flex intervals, document ids": Rule(4096, None, "document ids on cuDNN's interval kernels: steps 1.51-1.70x at 4096 tokens, 1.53-1.67x at 32768; forward-only 1.71-1.91x; a loader's new ids need a new plan each step (a packed-document model step level with torch.compile at 4096-8192 tokens), so shorter steps are kept", (_MASKS_DOCS,),
+    "flex intervals, document ids": Rule(4096, None, "document ids on cuDNN's interval kernels: steps 1.51-1.70x at 4096 tokens (0.99x by the loop at 1x32x4096x128 with 8 KV heads, host-bound: kernels 1.25x), 1.53-1.67x at 32768; forward-only 1.71-1.91x; a loader's new ids need a new plan each step (a packed-document model step level with torch.compile at 4096-8192 tokens), so shorter steps are kept", (_MASKS_DOCS, _DOCS_GQA),
         short="document ids on the interval kernels"),
     "flex intervals, document ids, from Python": Rule(32768, None, "document ids on cuDNN's interval kernels launched from Python (no native call path): steps 1.63-1.65x at 32768 tokens; 0.60-0.64x at 4096 (host-bound)", ((_REPLAY, ("flex document4", "flex document16")),),
         short="document ids, interval kernels from Python"),
