@@ -8,12 +8,19 @@ upstream gradient), timed back to back between CUDA events after warm-up (median
 plus the host time per step (a loop without syncs; short kernels let the host show) and the CUDA kernel time
 per step (profiler; tests/test_rules.py checks te_compile.tuning.rules against committed runs). Every row is
 printed, the ones te_compile loses included; the ratio is torch.compile's time / te_compile's.
+
+The variant "document (loader)" rewrites its document ids in place before every step (the same values: a data
+loader's new packing, at no cost to a kernel that reads them), so whatever te_compile keeps per ids tensor (its
+interval plan) is built again every step, as in training; "document" reuses one set of ids. The objects left by
+compiling are frozen out of Python's collector while a case is timed (``gc.freeze``), so a collection of the
+compilers' heap does not land in one column's round.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import math
 import os
 import statistics
@@ -36,11 +43,13 @@ INFER = False
 TUNE = False
 
 
-def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10) -> tuple[float, float, float]:
+def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10,
+            before: Callable | None = None) -> tuple[float, float, float]:
     """(median device ms of one step between events, host µs per step, ms per step of a loop of
     ``iters`` steps timed as a whole) of one fwd+bwd step (forward only with --infer). The loop time
     is the throughput a training loop sees: on host-bound steps the per-step events also time the
-    gaps where the GPU waits for the host, and their median is noisier."""
+    gaps where the GPU waits for the host, and their median is noisier. ``before``: run at the start of
+    every step, inside the timing (a loader's work, such as new document ids)."""
     mark = torch.compiler.cudagraph_mark_step_begin if MODE else (lambda: None)
     mark()
     out = fn(*args)
@@ -52,6 +61,8 @@ def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10) -> tuple[flo
         # under CUDA graphs: a new step (the first call's output above never ran its backward), and
         # fresh .grad tensors (accumulating into the last replay's outputs is not allowed)
         mark()
+        if before is not None:
+            before()
         for a in grads:
             a.grad = None
         o = fn(*args)
@@ -86,7 +97,7 @@ def step_ms(fn: Callable, args: list, iters: int, warmup: int = 10) -> tuple[flo
     return dev, host, loop
 
 
-def kernel_ms(fn: Callable, args: list, steps: int = 10) -> float | None:
+def kernel_ms(fn: Callable, args: list, steps: int = 10, before: Callable | None = None) -> float | None:
     """CUDA kernel time per step from the profiler (the GPU's work alone, whatever the host costs); None under
     --mode (CUDA-graph replays)."""
     if MODE:
@@ -96,6 +107,8 @@ def kernel_ms(fn: Callable, args: list, steps: int = 10) -> float | None:
     dout = torch.randn_like(out)
 
     def step():
+        if before is not None:
+            before()
         o = fn(*args)
         if not INFER:
             o.backward(dout)
@@ -141,7 +154,7 @@ def sdpa_variants():
 
 #: the flex variants, as --cases names them (a "flex " prefix may be left out)
 FLEX_CASES = ("flex none", "flex causal", "flex sliding <=", "flex sliding <", "flex softcap", "flex softcap + causal",
-              "flex ALiBi", "flex ALiBi + causal", "flex prefix-LM", "flex document")
+              "flex ALiBi", "flex ALiBi + causal", "flex prefix-LM", "flex document", "flex document (loader)")
 
 
 def cases_wanted(arg: str) -> list[str]:
@@ -164,12 +177,14 @@ def flex_variants(H: int, L: int, kernel_options: dict | None = None, gqa: bool 
 
     W, P = 1024, prefix_keys(L)
     docs = (torch.arange(L, device="cuda") // (L // 4))  # four documents
+    loader_docs = docs.clone()  # rewritten in place before every step of "document (loader)"
     masks = {
         "causal": lambda b, h, q, kv: q >= kv,
         "sliding <=": lambda b, h, q, kv: (q >= kv) & (q - kv <= W),
         "sliding <": lambda b, h, q, kv: (q >= kv) & (q - kv < W),
         "prefix-LM": lambda b, h, q, kv: (kv < P) | (q >= kv),
         "document": lambda b, h, q, kv: (docs[q] == docs[kv]) & (q >= kv),
+        "document (loader)": lambda b, h, q, kv: (loader_docs[q] == loader_docs[kv]) & (q >= kv),
     }
     softcap = lambda s, b, h, q, kv: 30.0 * torch.tanh(s / 30.0)  # noqa: E731
     alibi = lambda s, b, h, q, kv: s + torch.exp2(-((h + 1) * 8.0 / H)) * (kv - q)  # noqa: E731
@@ -188,7 +203,10 @@ def flex_variants(H: int, L: int, kernel_options: dict | None = None, gqa: bool 
         "flex softcap": mk(softcap, None), "flex softcap + causal": mk(softcap, "causal"),
         "flex ALiBi": mk(alibi, None), "flex ALiBi + causal": mk(alibi, "causal"),
         "flex prefix-LM": mk(None, "prefix-LM"), "flex document": mk(None, "document"),
+        "flex document (loader)": mk(None, "document (loader)"),
     }
+    # a new version of the same ids every step: a kernel reads the same values, a plan kept per ids is built again
+    variants["flex document (loader)"].before_step = lambda: loader_docs.copy_(docs)
     assert tuple(variants) == FLEX_CASES
     return variants
 
@@ -201,6 +219,7 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
     ``others``: more implementations {name: fn} compiled with plain torch.compile (the FLASH backend)."""
     import te_compile
 
+    pre = getattr(fn, "before_step", None)  # a loader's work before every step, timed in every column
     row = {"case": name, "shape": [*args[0].shape[:3], args[0].shape[3], args[1].shape[1]]}
     if name == "flex prefix-LM":
         row["prefix_keys"] = prefix_keys(args[0].shape[2])
@@ -222,7 +241,7 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
             fns[impl] = torch.compile(f0, backend=be, dynamic=False, mode=MODE)
             before = (counters["stats"]["unique_graphs"], counters["inductor"]["cudagraph_skips"])
             with record_reports() as graphs:
-                step_ms(fns[impl], args, 3)  # compile + warm
+                step_ms(fns[impl], args, 3, before=pre)  # compile + warm
             # graphs compiled and graphs run without CUDA graphs (under --mode reduce-overhead)
             row.setdefault("graphs", {})[impl] = [counters["stats"]["unique_graphs"] - before[0],
                                                   counters["inductor"]["cudagraph_skips"] - before[1]]
@@ -243,12 +262,14 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
     rounds_ms: dict = {}  # every round's median, per implementation: paired per round by _paired
     calls: dict = {}  # te_compile's op calls during the measured rounds, per implementation (native.stats)
     order = list(fns.items())
+    gc.collect()
+    gc.freeze()  # the compilers' objects out of the collector's way while timing (module docstring)
     for r in range(rounds):
         # each round starts with the next implementation, so none is always timed first: on host-bound steps the
         # default column (timed first) and the always column disagreed on the same served graph (benchmarks.md)
         for impl, f in order[r % len(order):] + order[:r % len(order)]:
             s0 = native.stats()
-            dev, host, loop = step_ms(f, args, iters)
+            dev, host, loop = step_ms(f, args, iters, before=pre)
             s1 = native.stats()
             count_native(calls, impl, s0, s1)
             loops.setdefault(impl, []).append(loop)
@@ -260,9 +281,10 @@ def measure_pair(name: str, fn: Callable, args: list, iters: int, log, rounds: i
         if any(calls.get(impl, {}).values()):
             best[impl]["native_calls"] = calls[impl]
         best[impl]["rounds_ms"] = rounds_ms[impl]
-        km = kernel_ms(fns[impl], args)
+        km = kernel_ms(fns[impl], args, before=pre)
         if km is not None:
             best[impl]["kernel_ms"] = km
+    gc.unfreeze()
     row.update(best)
     te, tc = row.get("te_compile", {}), row.get("torch.compile", {})
     row["ratio"] = tc["ms"] / te["ms"] if "ms" in te and "ms" in tc else None

@@ -184,7 +184,7 @@ def test_decoding_is_served_without_a_mask_and_kept_with_a_blockmask_that_reads_
     assert [d.runs_on for d in again.decisions] == ["kept"] and "flex decoding" in again.decisions[0].reason
 
 
-def _interval_site(name: str, L: int):
+def _interval_site(name: str, L: int, serve: str = "fastest"):
     from torch.nn.attention.flex_attention import create_block_mask
     docs = torch.arange(L) // (L // 4)
     masks = {"prefix-LM": lambda b, h, q, kv: (kv < 64) | (q >= kv),
@@ -192,30 +192,39 @@ def _interval_site(name: str, L: int):
     bm = create_block_mask(masks[name], 1, 1, L, L, device="cpu")
     q = torch.randn(1, 8, L, 128, dtype=torch.bfloat16)
     (d,) = te_compile.explain(lambda q, k, v: flex_attention(q, k, v, block_mask=bm), q, q, q, for_device="cuda",
-                              serve="fastest").decisions
+                              serve=serve).decisions
     torch._dynamo.reset()
     return d
 
 
-@pytest.mark.parametrize("name, cls, short", [("prefix-LM", "flex intervals", 64),
-                                               ("documents", "flex intervals, document ids", 1024)])
-def test_a_mask_of_key_intervals_is_decided_for_the_interval_kernels(monkeypatch, name, cls, short):
-    """A mask cuDNN's interval kernels take, decided for a GPU (a te_compile[cuda] install: the frontend's CuTe DSL,
-    the native call path): served there from its rule's length on (a static mask from 128 tokens, document ids from
-    4096); below it kept by their rule, which names them (serve="always" runs it there), not by the graph path's
-    reason. Where the kernels cannot run, the graph path's keep names why."""
+def test_a_mask_of_key_intervals_is_decided_for_the_interval_kernels(monkeypatch):
+    """A static mask cuDNN's interval kernels take, decided for a GPU (a te_compile[cuda] install: the frontend's CuTe
+    DSL, the native call path): served there from its rule's length on (128 tokens); below it kept by its rule, which
+    names it (serve="always" runs it there), not by the graph path's reason. Where the kernels cannot run, the graph
+    path's keep names why."""
+    cls = "flex intervals"
     need = rules.RULES[cls].min_tokens
-    d = _interval_site(name, 4096)
+    d = _interval_site("prefix-LM", 4096)
     assert d.runs_on == "cudnn" and d.spec.intervals, d.reason
-    d = _interval_site(name, 1024)
-    assert (d.runs_on == "cudnn") == (1024 >= need), d.reason
-    d = _interval_site(name, short)
-    assert d.runs_on == "kept" and d.reason.startswith(f"kept for speed by the rule for {cls}: {short} tokens, "
+    d = _interval_site("prefix-LM", 64)
+    assert d.runs_on == "kept" and d.reason.startswith(f"kept for speed by the rule for {cls}: 64 tokens, "
                                                        f"served from {need}"), d.reason
     from te_compile.cudnn import flexkernel
     monkeypatch.setattr(flexkernel, "unavailable", lambda q, k, v: "no CuTe DSL (test)")
-    d = _interval_site(name, 4096)
+    d = _interval_site("prefix-LM", 4096)
     assert d.runs_on == "kept" and d.reason.endswith("; cuDNN's interval kernels: no CuTe DSL (test)"), d.reason
+
+
+def test_document_ids_are_kept_by_their_rule_and_served_when_asked():
+    """Document ids on the interval kernels need a new plan for every packing: kept by their rule at every length
+    (the reason names it and serve="always"), and serve="always" runs them on the interval kernels."""
+    for L in (1024, 4096):
+        d = _interval_site("documents", L)
+        assert d.runs_on == "kept" and d.reason.startswith(
+            "kept for speed by the rule for flex intervals, document ids: document ids change"), d.reason
+        assert "serve='always'" in d.reason, d.reason
+    d = _interval_site("documents", 4096, serve="always")
+    assert d.runs_on == "cudnn" and d.spec.intervals, d.reason
 
 
 @pytest.mark.parametrize("mode, says", [(None, "served by the rule for flex native band (from 128 tokens)"),

@@ -268,7 +268,7 @@ def test_tune_decides_a_class_by_its_graph_and_later_compiles_follow_the_cache(m
     _cuda_like(monkeypatch)
     calls = []
 
-    def fake(served_gm, kept_gm, inputs, needs_grad, timer=None, compile_fn=None):
+    def fake(served_gm, kept_gm, inputs, needs_grad, timer=None, compile_fn=None, fresh=()):
         calls.append((served_gm, kept_gm))
         ratio = tc_ms / te_ms
         return Measurement(te_ms, tc_ms, 0.01, 7, 0.5, (ratio,) * 7)
@@ -307,3 +307,38 @@ def test_tune_and_the_users_compile_see_the_same_graph_key(monkeypatch):
     torch._dynamo.reset()
     torch.compile(m, backend=te_compile.backend())(x)
     assert len(seen) == 2 and seen[0] is not None and seen[0] == seen[1]
+
+
+def test_document_ids_are_measured_as_a_loader_gives_them():
+    """A graph measured for its document-id sites sees every integer input with a new version before each call of
+    either variant (the same values): what te_compile keeps per ids is built again per call, as with a loader's new
+    packing every step. Other classes are timed on their inputs as they are."""
+    x = torch.randn(1, 2, 8, 16)
+    ids = torch.arange(8) // 4
+    versions = {"served": [], "kept": []}
+
+    def compile_fn(gm, inputs, needs_grad):
+        side = "served" if gm.meta.get("side") == "served" else "kept"
+
+        def run(*args):
+            versions[side].append(ids._version)
+            assert torch.equal(ids, torch.arange(8) // 4)  # the values are the loader's, unchanged
+            return args[0] * 2
+        return run
+
+    def variant(force):
+        g = torch.fx.symbolic_trace(lambda a, b: a * 2)
+        g.meta["side"] = "served" if all(force.values()) else "kept"
+        return g
+    keys = {"flex intervals, document ids": "k-docs", "flex intervals": "k-static"}
+    timer = lambda fn, iters: [fn() for _ in range(iters)] and 1.0  # noqa: E731
+    made = graph_ab.measure_classes(variant, [x, ids], ["flex intervals, document ids"], keys.get, timer=timer,
+                                    compile_fn=compile_fn)
+    assert made == 1
+    for side in ("served", "kept"):
+        vs = versions[side]
+        assert len(vs) > 3 and all(b > a for a, b in zip(vs, vs[1:])), (side, vs[:8])
+    before = ids._version
+    assert graph_ab.measure_classes(variant, [x, ids], ["flex intervals"], keys.get, timer=timer,
+                                    compile_fn=compile_fn) == 1
+    assert ids._version == before  # a static mask's class: the inputs as they are

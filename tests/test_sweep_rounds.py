@@ -49,6 +49,8 @@ def test_cases_are_named_with_or_without_the_flex_prefix_and_an_unknown_one_is_r
     sweep = _sweep()
     assert sweep.cases_wanted("prefix-LM, flex document") == ["flex prefix-LM", "flex document"]
     assert sweep.cases_wanted("") == []
+    # the loader variant: a name with a space and parentheses, taken as it is written
+    assert sweep.cases_wanted("document (loader),document") == ["flex document (loader)", "flex document"]
     with pytest.raises(ValueError, match="unknown flex prefix;.* prefix-LM, document"):
         sweep.cases_wanted("prefix,document")
 

@@ -3,8 +3,9 @@
 Each class of sites cuDNN can serve (te_compile.tuning.rules.site_class) gets one A/B: the graph rewritten with those sites
 on cuDNN and with them kept (every other site as the cache or the rules decide it), both compiled with Inductor and
 timed whole (forward, or forward + backward) in alternating rounds on the graph's own inputs: what a site costs
-depends on the graph around it, so the graph is what is timed. The verdict is cached under the graph's signature
-(structure, shapes, dtypes, platform; not node names) and the class. Nothing is measured under CUDA graphs, with
+depends on the graph around it, so the graph is what is timed (document ids as a loader gives them: integer inputs
+get a new version before each call, so what te_compile keeps per ids is built again). The verdict is cached under
+the graph's signature (structure, shapes, dtypes, platform; not node names) and the class. Nothing is measured under CUDA graphs, with
 symbolic shapes, without real inputs, or when the graph writes into an input; random number generator states are
 restored after timing.
 """
@@ -145,17 +146,18 @@ def _compile(gm: torch.fx.GraphModule, inputs: list[Any], needs_grad: bool) -> C
 
 
 def measure_graph(served: torch.fx.GraphModule, kept: torch.fx.GraphModule, inputs: list[Any], needs_grad: bool,
-                  timer=None, compile_fn: Callable = _compile) -> Measurement:
+                  timer=None, compile_fn: Callable = _compile, fresh: list = ()) -> Measurement:
     """Time the graph with a class of its sites on cuDNN (``served``) against it with them kept; te_ms is the
-    former."""
+    former. ``fresh``: tensors given a new version before every call (a loader's new document ids)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     t0 = time.perf_counter()
-    cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
     leaves = [x for x in inputs if isinstance(x, torch.Tensor) and x.requires_grad]
     with unset_fake_temporarily(), rng_restored():
         te, tc = (compile_fn(g, inputs, needs_grad) for g in (served, kept))
         te, tc = (step(lambda f=f: f(*inputs), leaves, needs_grad) for f in (te, tc))
-        sync = torch.cuda.synchronize if cuda else None
+        if fresh:  # a loader's new ids before every call of either variant
+            te, tc = (lambda f=f: (torch.autograd.graph.increment_version(fresh), f())[1] for f in (te, tc))
+        sync = torch.cuda.synchronize if any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs) else None
         m = measure_pair(te, tc, timer=timer or wall_timer(sync), target_ms=ROUND_MS)
     return Measurement(m.te_ms, m.tc_ms, m.noise, m.rounds, time.perf_counter() - t0, m.ratios)
 
@@ -188,8 +190,9 @@ def measure_classes(variant: Callable[[dict], torch.fx.GraphModule], example_inp
         if k is None or cache.get(k):
             continue
         try:
+            ids = [x for x in example_inputs if isinstance(x, torch.Tensor) and not x.is_floating_point()]
             m = measure_graph(variant({cls: True}), variant({cls: False}), example_inputs, needs_grad, timer,
-                              compile_fn)
+                              compile_fn, fresh=ids if cls.startswith("flex intervals, document ids") else [])
         except Exception as e:  # noqa: BLE001 - a failed measurement must not fail the user's compile
             log.warning("te_compile: measuring the graph for its %s sites failed (%s: %s); the rules decide them", cls,
                         type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")

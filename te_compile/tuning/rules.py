@@ -44,9 +44,8 @@ _NATIVE = ("sweep-flex-train-h200-919-2026-11-28.json", "sweep-flex-train-h100-9
 _DEFAULT = tuple(f"sweep-flex-default-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x32x4096x128x8", "1x16x16384x128-part1", "1x16x16384x128-part2"))
 _WINDOW_512 = ("hf-flash-1x8192-h200-919-2026-11-27-mistral.json", "hf-flash-1x8192-h200-927-2026-11-27-mistral.json", "hf-model-check-h100-919-2026-11-27-mistral-1x8192.json", "hf-default-1x8192-h200-919-2026-11-28.json")
 _FLEX = _SHORT + _NATIVE + _DEFAULT
-_MASKS = tuple(f"masks-default-h200-919-2026-11-29-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))
-_MASKS_STATIC, _MASKS_DOCS = (_MASKS, ("flex prefix-LM", "flex sink+local")), (_MASKS, ("flex document4", "flex document16"))
-_DOCS_GQA = (("sweep-flex-intervals-h200-919-2026-11-29-1x32x4096x128x8.json",), ("flex document",))
+_MASKS_STATIC = (tuple(f"masks-default-h200-919-2026-11-29-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128")), ("flex prefix-LM", "flex sink+local"))
+_LOADER = (tuple(f"sweep-flex-loader-h200-919-2026-11-29-{s}.json" for s in ("16x16x128x64", "1x8x512x64", "8x16x1024x64", "2x16x4096x128", "1x32x4096x128x8", "1x8x32768x128")), ("flex document (loader)",))  # new ids every step
 _INTERVALS_SHORT = (("sweep-flex-default-h200-919-2026-11-29-1x8x128x64.json",) + tuple(f"sweep-flex-intervals-h200-919-2026-11-29-{s}.json" for s in ("16x16x128x64", "1x1x256x64", "1x1x256x64-rules", "1x8x512x64", "1x8x512x64-rules", "16x16x512x64", "8x16x1024x64", "4x16x1024x128", "2x16x2048x128", "1x32x4096x128x8")), ("flex prefix-LM",))
 _DECODE = "decode-h200-919-2026-11-29.json"
 _REPLAY = tuple(f"masks-replay-h200-919-2026-11-28-{s}.json" for s in ("2x16x4096x128", "1x8x32768x128"))  # the interval kernels launched from Python
@@ -85,10 +84,8 @@ RULES: dict[str, Rule] = {
         short="a mask of key intervals"),
     "flex intervals, from Python": Rule(4096, None, "cuDNN's interval kernels launched from Python (no native call path): prefix-LM and sink + local steps 1.13-1.58x at 4096 tokens, 1.43-1.54x at 32768; not measured below 4096", ((_REPLAY, ("flex prefix-LM", "flex sink+local")),),
         short="a mask of key intervals, from Python"),
-    "flex intervals, document ids": Rule(4096, None, "document ids on cuDNN's interval kernels: steps 1.51-1.70x at 4096 tokens (0.99x by the loop at 1x32x4096x128 with 8 KV heads, host-bound: kernels 1.25x), 1.53-1.67x at 32768; forward-only 1.71-1.91x; a loader's new ids need a new plan each step (a packed-document model step level with torch.compile at 4096-8192 tokens), so shorter steps are kept", (_MASKS_DOCS, _DOCS_GQA),
-        short="document ids on the interval kernels"),
-    "flex intervals, document ids, from Python": Rule(32768, None, "document ids on cuDNN's interval kernels launched from Python (no native call path): steps 1.63-1.65x at 32768 tokens; 0.60-0.64x at 4096 (host-bound)", ((_REPLAY, ("flex document4", "flex document16")),),
-        short="document ids, interval kernels from Python"),
+    "flex intervals, document ids": Rule(None, None, "document ids change with every packing a loader makes, and cuDNN's interval kernels need a new plan for new ids (a host synchronisation and the plan's own kernels: 7-8 ms per step at 128-4096 tokens, about 15 ms at 32768): one site with new ids every step ran 0.07-0.29x of torch.compile at 128-32768 tokens, a Llama-3-8B-dims model sharing one plan over 4 / 16 layers 0.99x / 1.03x; ids that never change run 1.5-1.7x at 4096-32768 tokens under serve='always'", (_LOADER,),
+        short="document ids (a new plan for every packing)"),
     "flex emitted mask": Rule(None, None, "a mask cuDNN cannot skip tiles for (document masking): kernels "
                               "0.98-1.01x", ((_FLEX, ("flex document",)),),
         short="a mask cuDNN computes every tile of"),
@@ -101,8 +98,7 @@ RULES: dict[str, Rule] = {
         short="flex decoding, no mask"),
     "flex mask as a bias": Rule(None, None, "a mask_mod that gathers (document ids, a cache offset) where the interval kernels do not take it runs as a dense 0/-inf bias: cuDNN reads it and computes every tile; document ids at 16x16x128x64 (one tile, nothing to skip) steps 0.75x of torch.compile served, decoding with a bottom-right BlockMask 0.15-0.58x",
         short="a mask carried as a bias"),
-    "flex gathered bias": Rule(4096, 4096, "a relative-position table gathered into a bias: 2.2x steps, as SDPA's "
-                               "learned bias (from 4096 tokens)",
+    "flex gathered bias": Rule(4096, 4096, "a relative-position table gathered into a bias: 2.2x steps, as SDPA's learned bias (from 4096 tokens)",
         short="a gathered bias"),
     "flex band without tile skipping": Rule(None, None, "a bottom-right band over fewer queries than keys: cuDNN "
                                             "computes about every tile of it (0.9x)",
@@ -153,7 +149,7 @@ def decide(q, k, v, bias, spec: AttentionSpec, needs_grad: bool, need_dbias: boo
         return True, "served: symbolic shapes (the rules decide at the size this compile saw)"
     H, L, S = shape
     cls = site_class(spec, bias is not None, need_dbias, L, S, H)
-    if cls.startswith("flex intervals") and not native.possible() and deciding_for_device() is None:
+    if cls == "flex intervals" and not native.possible() and deciding_for_device() is None:
         cls += ", from Python"  # without C++ launches such a step is host-bound at short lengths
     rule = RULES[cls]
     need = rule.graphs_min_tokens if cuda_graphs else rule.min_tokens
